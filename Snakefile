@@ -1,0 +1,19 @@
+# Keras 3 multi-backend benchmark: one process per cell (model x task x batch x framework), one JSON per cell,
+# tables per suite. Cells and their n/a reasons come from config.yaml via rules/common.smk.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/environments.smk"
+include: "rules/cells.smk"
+include: "rules/tables.smk"
+
+
+rule all:
+    input:
+        table_files(config["suite"]),

@@ -1,0 +1,17 @@
+rule cell:
+    """Any cell: one process in its stack's environment, one result JSON (ok, failed or unsupported)."""
+    input:
+        environment=environment_record,
+    output:
+        RESULTS + "/cells/{suite}/{model}/{task}/bs{batch}/{framework}.json",
+    log:
+        RESULTS + "/logs/cells/{suite}/{model}/{task}/bs{batch}/{framework}.log",
+    params:
+        spec=cell_spec,
+        not_applicable=lambda wildcards: cell_of(wildcards).not_applicable,
+        runtime=config["runtime"],
+        timeout_s=config["cell_timeout_minutes"] * 60,
+    # All cores to one cell: cells never share the CPU or the accelerator, so one cell cannot slow another.
+    threads: workflow.cores
+    script:
+        "../scripts/run_cell.py"

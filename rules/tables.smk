@@ -1,0 +1,16 @@
+rule tables:
+    """Every cell of a suite -> the anchor-shaped ms/step table, the speedup table and the long table."""
+    input:
+        cells=lambda wildcards: [cell_json(c) for c in matrix.cells(config, wildcards.suite)],
+    output:
+        [f"{RESULTS}/tables/{{suite}}/{name}" for name in TABLES],
+    log:
+        RESULTS + "/logs/tables/{suite}.log",
+    params:
+        frameworks=",".join(config["frameworks"]),
+        keras3=",".join(matrix.keras3_frameworks(config)),
+        out_dir=lambda wildcards: f"{RESULTS}/tables/{wildcards.suite}",
+    localrule: True
+    shell:
+        "{PYTHON} -m kbench.tables --frameworks {params.frameworks} --keras3 {params.keras3} "
+        "--out {params.out_dir} {input.cells} > {log} 2>&1"

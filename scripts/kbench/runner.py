@@ -1,0 +1,80 @@
+"""The cell process: `python -m kbench.runner --out RESULT.json < payload.json`.
+
+payload = {"spec": <resolved cell config>, "context": <launcher facts: runtime, environment record, git commit>}.
+Runs in the stack's environment (venv or image). Writes exactly one result JSON, whatever happens inside the framework.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import socket
+import sys
+import traceback
+
+from kbench import cell, timing
+
+
+def run(spec: dict, context: dict) -> dict:
+    # Backend selection (KERAS_BACKEND, ...) must be in place before the framework is first imported.
+    os.environ.update(spec["framework_def"].get("env", {}))
+    from kbench import adapters
+
+    provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
+                  "platform": platform.platform(), "hostname": socket.gethostname()}
+    backend = None
+    try:
+        adapter = adapters.load(spec["framework_def"]["adapter"])
+        backend = adapter.backend()
+        workload = adapter.build(spec)
+        steps = timing.measure(workload.step, backend.sync, spec["steps"]["warmup"], spec["steps"]["timed"])
+    except adapters.NotSupported as exc:
+        result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
+    except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
+        result = cell.new_result(spec, provenance, "failed",
+                                 cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
+    else:
+        result = cell.new_result(spec, provenance, "ok")
+        result["timing"] = timed_result(steps, workload)
+        result["params"] = {"total": workload.params_total, "trainable": workload.params_trainable}
+    result["memory"] = {"peak_host_rss_bytes": peak_rss_bytes(),
+                        "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}
+    if backend:
+        result["provenance"].update(device=backend.device_name(), packages=backend.package_versions(),
+                                    backend=spec["framework_def"].get("env", {}).get("KERAS_BACKEND",
+                                                                                     spec["framework_def"]["adapter"]))
+    result["provenance"]["finished_utc"] = cell.utc_now()
+    return result
+
+
+def timed_result(steps: timing.StepTimes, workload) -> dict:
+    stats = steps.summary()
+    per_second = 1e3 / stats["mean_ms"]
+    return {
+        **stats,
+        "first_step_ms": steps.warmup_ms[0] if steps.warmup_ms else None,
+        "warmup_ms": steps.warmup_ms,
+        "step_ms": steps.step_ms,
+        "window_ms": steps.window_ms,
+        "examples_per_s": workload.examples_per_step * per_second,
+        "tokens_per_s": workload.tokens_per_step * per_second if workload.tokens_per_step else None,
+    }
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux reports KiB
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="result JSON path")
+    args = parser.parse_args(argv)
+    payload = json.load(sys.stdin)
+    cell.write_atomic(args.out, run(payload["spec"], payload["context"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Snakemake script of rule `cell`: run one cell through the launcher, or record why it is not applicable."""
+from kbench import cell, launch
+
+params = snakemake.params  # noqa: F821 (injected by Snakemake)
+if params.not_applicable:
+    cell.write_atomic(snakemake.output[0], cell.new_result(  # noqa: F821
+        params.spec, {"runtime": None}, "unsupported", cell.error_info("NotApplicable", params.not_applicable)))
+    open(snakemake.log[0], "w").write(f"n/a: {params.not_applicable}\n")  # noqa: F821
+else:
+    launch.run_cell(params.spec, params.runtime, snakemake.input.environment, snakemake.output[0],  # noqa: F821
+                    snakemake.log[0], timeout_s=params.timeout_s)  # noqa: F821

@@ -1,0 +1,71 @@
+"""Bad config gets one error that names the key and what is allowed, before any job runs."""
+import pytest
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from conftest import REPO, snakemake
+from kbench import matrix
+
+SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
+
+
+def check(config):
+    validate(config, SCHEMA)
+    matrix.check_references(config)
+
+
+def test_shipped_config_is_valid(config):
+    check(config)
+
+
+@pytest.mark.parametrize("mutate, names", [
+    (lambda c: c.update(bogus=1), ["'bogus' was unexpected"]),
+    (lambda c: c.update(suite="huge"), ["instance['suite']", "'paper'", "'tiny'"]),
+    (lambda c: c.update(seed="zero"), ["instance['seed']", "'integer'"]),
+    (lambda c: c["frameworks"].append("keras4"), ["instance['frameworks'][3]", "keras3-jax"]),
+    (lambda c: c["models"].append("llama"), ["instance['models'][5]", "stable_diffusion"]),
+    (lambda c: c["suites"]["paper"]["steps"].update(timed=0), ["['steps']['timed']", "minimum of 1"]),
+    (lambda c: c["suites"]["tiny"]["steps"].update(warmup=-1), ["['steps']['warmup']", "minimum of 1"]),
+    (lambda c: c["model_defs"]["bert"]["tasks"]["fit"].update(batch_sizes=[-4]),
+     ["['bert']['tasks']['fit']['batch_sizes'][0]", "minimum of 1"]),
+    (lambda c: c["model_defs"]["gemma"]["tasks"].update(train={"batch_sizes": [1]}), ["'train'", "generate"]),
+    (lambda c: c["model_defs"]["sam"]["sizes"]["tiny"]["arch"].update(image_size=0), ["['image_size']"]),
+])
+def test_schema_error_names_key_and_allowed(config, mutate, names):
+    mutate(config)
+    with pytest.raises(WorkflowError) as error:
+        check(config)
+    for name in names:
+        assert name in str(error.value)
+
+
+def test_undefined_framework_reference_is_named(config):
+    del config["framework_defs"]["keras3-torch"]
+    with pytest.raises(matrix.ConfigError, match=r"frameworks\[2\].*'keras3-torch' is not defined; allowed: keras3-jax"):
+        check(config)
+
+
+def test_model_without_the_suite_size_is_named(config):
+    del config["model_defs"]["sam"]["sizes"]["tiny"]
+    config["suite"] = "tiny"
+    with pytest.raises(matrix.ConfigError, match=r"model_defs.sam.sizes .*'tiny' is not defined; allowed: paper"):
+        check(config)
+
+
+def test_not_applicable_rule_with_unknown_model(config):
+    config["not_applicable"] = [{"framework": "keras3-jax", "model": "llama", "task": "*", "reason": "x"}]
+    with pytest.raises(matrix.ConfigError, match=r"not_applicable\[0\].model: 'llama'"):
+        check(config)
+
+
+def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
+    bad = yaml.safe_load((REPO / "config.yaml").read_text())
+    bad["suites"]["paper"]["steps"]["timed"] = 0
+    bad["results_dir"] = str(tmp_path / "results")
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    proc = snakemake("-n", "--cores", "1", "--configfile", str(tmp_path / "bad.yaml"))
+    assert proc.returncode != 0
+    assert "0 is less than the minimum of 1" in proc.stdout
+    assert "instance['suites']['paper']['steps']['timed']" in proc.stdout
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,63 @@
+import pandas as pd
+import pytest
+
+from kbench import cell, matrix, tables
+
+FRAMEWORKS = ["keras3-jax", "keras3-tensorflow", "keras3-torch"]
+
+
+def result(config, model, task, batch, framework, mean_ms=None, status="ok", error=None):
+    spec = matrix.spec(config, "tiny", model, task, batch, framework)
+    out = cell.new_result(spec, {"runtime": "host", "device": "cpu", "packages": {"keras": "3.15.1"}}, status, error)
+    if status == "ok":
+        out["timing"] = {"n": 3, "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 0.0,
+                         "min_ms": mean_ms, "max_ms": mean_ms, "first_step_ms": 900.0, "window_ms": 3 * mean_ms,
+                         "examples_per_s": batch * 1e3 / mean_ms, "tokens_per_s": None, "step_ms": [mean_ms] * 3}
+        out["params"] = {"total": 1000, "trainable": 1000}
+        out["memory"] = {"peak_host_rss_bytes": 2**30, "peak_device_bytes": None}
+    return out
+
+
+@pytest.fixture
+def results(config):
+    return [
+        result(config, "bert", "fit", 32, "keras3-jax", 10.0),
+        result(config, "bert", "fit", 32, "keras3-tensorflow", 20.0),
+        result(config, "bert", "fit", 32, "keras3-torch", 40.0),
+        result(config, "sam", "predict", 4, "keras3-jax", status="failed",
+               error=cell.error_info("MemoryError", "out of memory")),
+        result(config, "sam", "predict", 4, "keras3-tensorflow", 8.0),
+        result(config, "sam", "predict", 4, "keras3-torch", status="unsupported",
+               error=cell.error_info("NotApplicable", "needs Keras 3")),
+    ]
+
+
+def test_ms_per_step_has_anchor_shape_and_status_texts(results):
+    table = tables.ms_per_step_table(tables.long_table(results), FRAMEWORKS)
+    assert list(table.columns) == FRAMEWORKS
+    assert table.loc[("bert", "fit", 32)].tolist() == ["10.00", "20.00", "40.00"]
+    assert table.loc[("sam", "predict", 4)].tolist() == ["failed: MemoryError", "8.00", "n/a: needs Keras 3"]
+
+
+def test_speedup_is_other_over_best_keras3_minus_one(results):
+    table = tables.speedup_table(tables.long_table(results), FRAMEWORKS, FRAMEWORKS)
+    bert = table.loc[("bert", "fit", 32)]
+    assert bert["keras3_best"] == "keras3-jax" and bert["keras3_best_ms"] == 10.0
+    assert bert[["vs keras3-jax %", "vs keras3-tensorflow %", "vs keras3-torch %"]].tolist() == [0, 100, 300]
+    sam = table.loc[("sam", "predict", 4)]
+    assert sam["keras3_best"] == "keras3-tensorflow" and pd.isna(sam["vs keras3-jax %"])
+
+
+def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
+    paths = []
+    for i, r in enumerate(results):
+        paths.append(tmp_path / "cells" / f"{i}.json")
+        cell.write_atomic(paths[-1], r)
+    tables.build([str(p) for p in paths], FRAMEWORKS, FRAMEWORKS, tmp_path / "tables")
+    long = pd.read_csv(tmp_path / "tables" / "cells_long.csv")
+    assert len(long) == 6 and set(long.status) == {"ok", "failed", "unsupported"}
+    assert {"median_ms", "p90_ms", "stdev_ms", "first_step_ms", "params_total", "peak_host_rss_mib",
+            "spec_digest", "packages"} <= set(long.columns)
+    markdown = (tmp_path / "tables" / "ms_per_step.md").read_text()
+    assert "failed: MemoryError" in markdown and "n/a: needs Keras 3" in markdown
+    assert pd.read_csv(tmp_path / "tables" / "speedup.csv").shape[0] == 2
