@@ -71,9 +71,9 @@ def speedup_table(long: pd.DataFrame, frameworks: list[str], keras3: list[str]) 
     return table
 
 
-def write(table: pd.DataFrame, out_dir: Path, name: str, index: bool = True) -> None:
-    table.to_csv(out_dir / f"{name}.csv", index=index)
-    (out_dir / f"{name}.md").write_text(table.to_markdown(index=index) + "\n")
+def write(table: pd.DataFrame, out_dir: Path, name: str) -> None:
+    table.to_csv(out_dir / f"{name}.csv")
+    (out_dir / f"{name}.md").write_text(table.reset_index().to_markdown(index=False) + "\n")
 
 
 def build(result_paths: list[str], frameworks: list[str], keras3: list[str], out_dir: Path) -> None:
