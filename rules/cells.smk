@@ -2,6 +2,7 @@ rule cell:
     """Any cell: one process in its stack's environment, one result JSON (ok, failed or unsupported)."""
     input:
         environment=environment_record,
+        harness=harness_sources,
     output:
         RESULTS + "/cells/{suite}/{model}/{task}/bs{batch}/{framework}.json",
     log:

@@ -1,3 +1,4 @@
+import glob
 import os
 import sys
 
@@ -43,6 +44,15 @@ def environment_record(wildcards):
         return []
     stack = matrix.stack_of(config, wildcards.framework)
     return f"{RESULTS}/environments/{stack}.{config['accelerator']}.json"
+
+
+def harness_sources(wildcards):
+    """The code a cell runs: a change to the timer, the runner or the cell's adapter reruns the cells it touches."""
+    if cell_of(wildcards).not_applicable:
+        return []
+    adapter = config["framework_defs"][wildcards.framework]["adapter"]
+    core = ["cell", "runner", "timing", "models", "adapters/__init__"]
+    return [f"scripts/kbench/{name}.py" for name in core] + sorted(glob.glob(f"scripts/kbench/adapters/{adapter}*.py"))
 
 
 def cell_spec(wildcards):

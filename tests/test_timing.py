@@ -23,13 +23,39 @@ class FakeClock:
         self.events.append(("sync", out))
 
 
-def test_warmup_is_excluded_and_every_step_is_synced():
+def test_warmup_steps_are_synced_and_excluded_and_the_window_is_synced_at_its_ends():
     clock = FakeClock([5.0, 0.010, 0.020, 0.030])
     times = timing.measure(clock.step, clock.sync, warmup=1, timed=3, clock=clock)
     assert times.warmup_ms == [5000.0]
     assert times.step_ms == pytest.approx([10.0, 20.0, 30.0])
     assert times.window_ms == pytest.approx(60.0)
-    assert clock.events == [("sync", None)] + ["step", ("sync", "out")] * 4
+    assert clock.events == [("sync", None), "step", ("sync", "out"), "step", "step", "step", ("sync", "out")]
+
+
+class AsyncDevice(FakeClock):
+    """Steps return at once (queued); the device needs `work` seconds for each, drained by sync."""
+    def __init__(self, work_s, n):
+        super().__init__([0.0001] * n)
+        self.work, self.queued = work_s, 0
+
+    def step(self):
+        self.queued += 1
+        return super().step()
+
+    def sync(self, out):
+        super().sync(out)
+        self.now += self.queued * self.work
+        self.queued = 0
+
+
+def test_queued_device_work_is_inside_the_window_and_its_last_step():
+    device = AsyncDevice(work_s=0.010, n=6)
+    times = timing.measure(device.step, device.sync, warmup=1, timed=5, clock=device)
+    assert times.warmup_ms == pytest.approx([10.1])
+    assert times.window_ms == pytest.approx(5 * 10.0 + 5 * 0.1)
+    assert sum(times.step_ms) == pytest.approx(times.window_ms)
+    assert times.step_ms[-1] == pytest.approx(50.1)      # the drain lands on the last step
+    assert times.summary()["mean_ms"] == pytest.approx(10.1)
 
 
 def test_mean_divides_by_exactly_the_timed_steps():

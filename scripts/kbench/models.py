@@ -86,7 +86,7 @@ def sd_latent_size(arch: dict) -> int:
 
 
 def keras_cv_sd_kwargs(arch: dict) -> dict:
-    """Kwargs of kbench.adapters.keras_sd.unet / .vae_encoder, the width-parametrised versions of keras-cv 0.9.0's
+    """Kwargs of kbench.adapters.keras3_sd.unet / .vae_encoder, the width-parametrised versions of keras-cv 0.9.0's
     DiffusionModel and ImageEncoder (which hard-code the v1.4 widths)."""
     return {
         "unet": {

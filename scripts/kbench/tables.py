@@ -37,7 +37,7 @@ def long_table(results: list[dict]) -> pd.DataFrame:
             "packages": ", ".join(f"{k}=={v}" for k, v in sorted((prov.get("packages") or {}).items())),
             "spec_digest": result["spec_digest"],
         })
-    return pd.DataFrame(rows).sort_values(ROW_KEYS + ["framework"], kind="stable").reset_index(drop=True)
+    return pd.DataFrame(rows)     # in the order given: the config's order of models, tasks and batches
 
 
 def mib(n: int | None) -> float | None:
@@ -54,7 +54,8 @@ def cell_text(row: pd.Series) -> str:
 
 def ms_per_step_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     wide = long.assign(value=long.apply(cell_text, axis=1)).pivot(index=ROW_KEYS, columns="framework", values="value")
-    return wide.reindex(columns=[f for f in frameworks if f in wide.columns]).fillna("")
+    rows = pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates())
+    return wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
 
 
 def speedup_table(long: pd.DataFrame, frameworks: list[str], keras3: list[str]) -> pd.DataFrame:

@@ -1,8 +1,12 @@
 """The one place that times steps, for every framework.
 
-Each step is bracketed by a device sync, so a step's duration is the device work it caused, not the time to queue it
-(the anchor timed without a sync). The first `warmup` steps carry compilation and autotuning: they are reported as
-first-step time and never averaged in. The statistics divide by exactly the steps that were timed.
+The timed window is bracketed by device syncs (the anchor had none), so it holds all the device work of exactly the
+`timed` steps, and mean ms/step = window / timed. Inside the window nothing extra syncs, so a framework's own async
+dispatch overlaps steps as in any training loop. step_ms[i] is the host-observed time from the return of step i-1 to
+the return of step i; the entries add up to the window exactly, the last one carrying the drain of queued work.
+Where a step returns host data (train_on_batch, generate) that is its device time; where it returns device arrays it is
+the dispatch cadence. The first `warmup` steps carry compilation and autotuning: each is synced on its own, reported as
+first-step time, and never averaged in.
 """
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ from typing import Any, Callable
 
 @dataclass
 class StepTimes:
-    warmup_ms: list[float]      # the excluded first step(s), compile included
-    step_ms: list[float]        # every timed step
-    window_ms: float            # wall time from the first timed step's start to the last one's end
+    warmup_ms: list[float]      # the excluded first step(s), compile included, each synced
+    step_ms: list[float]        # every timed step, return to return; sums to window_ms
+    window_ms: float            # from the synced start of the first timed step to the synced end of the last
 
     def summary(self) -> dict[str, float]:
         return summarize(self.step_ms)
@@ -27,17 +31,20 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
     if warmup < 0 or timed < 1:
         raise ValueError(f"steps: warmup must be >= 0 and timed >= 1, got warmup={warmup} timed={timed}")
     sync(None)                                  # nothing queued from model building leaks into step 1
-
-    def one_step() -> float:
+    warmup_ms = []
+    for _ in range(warmup):
         start = clock()
         sync(step())
-        return (clock() - start) * 1e3
+        warmup_ms.append((clock() - start) * 1e3)
 
-    warmup_ms = [one_step() for _ in range(warmup)]
-    window_start = clock()
-    step_ms = [one_step() for _ in range(timed)]
-    window_ms = (clock() - window_start) * 1e3
-    return StepTimes(warmup_ms=warmup_ms, step_ms=step_ms, window_ms=window_ms)
+    marks = [clock()]
+    for _ in range(timed):
+        out = step()
+        marks.append(clock())
+    sync(out)
+    marks[-1] = clock()                         # the last step ends when the device has finished everything
+    step_ms = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
+    return StepTimes(warmup_ms=warmup_ms, step_ms=step_ms, window_ms=(marks[-1] - marks[0]) * 1e3)
 
 
 def percentile(values: list[float], q: float) -> float:

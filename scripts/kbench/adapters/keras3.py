@@ -157,12 +157,12 @@ def _sam(spec, rng):
 
 def _stable_diffusion(spec, rng):
     import keras
-    from kbench.adapters import keras_sd
+    from kbench.adapters import keras3_sd
     arch, n = spec["arch"], spec["batch_size"]
     kw = models.keras_cv_sd_kwargs(arch)
     if spec["task"] == "fit":
         # As the anchor: the VAE image encoder up to layers[-3], the 3x3 conv giving 2*latent_channels moments.
-        encoder = keras_sd.vae_encoder(**kw["vae_encoder"])
+        encoder = keras3_sd.vae_encoder(**kw["vae_encoder"])
         model = keras.Model(encoder.inputs, encoder.layers[-3].output)
         size, lat = arch["image_size"], models.sd_latent_size(arch)
         images = rng.random((n, size, size, 3), dtype="float32")
@@ -170,10 +170,10 @@ def _stable_diffusion(spec, rng):
         return _fit(model, images, y, spec, keras.optimizers.Adam(), keras.losses.MeanSquaredError())
     # predict: one guided denoising step; the text encoder is not part of the step (random contexts, made once).
     u = kw["unet"]
-    model = keras_sd.guided_denoising_step(keras_sd.unet(**u))
+    model = keras3_sd.guided_denoising_step(keras3_sd.unet(**u))
     ctx_shape = (n, u["text_length"], u["context_dim"])
     x = [rng.standard_normal((n, u["latent_size"], u["latent_size"], u["latent_channels"]), dtype="float32"),
-         keras.ops.convert_to_numpy(keras_sd.timestep_embedding(999, u["timestep_embedding_dim"], n)),
+         keras.ops.convert_to_numpy(keras3_sd.timestep_embedding(999, u["timestep_embedding_dim"], n)),
          rng.standard_normal(ctx_shape, dtype="float32"), rng.standard_normal(ctx_shape, dtype="float32")]
     return _predict(model, x, spec)
 
