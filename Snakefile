@@ -10,6 +10,7 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/environments.smk"
+include: "rules/images.smk"
 include: "rules/cells.smk"
 include: "rules/tables.smk"
 

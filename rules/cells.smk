@@ -10,7 +10,8 @@ rule cell:
     params:
         spec=cell_spec,
         not_applicable=lambda wildcards: cell_of(wildcards).not_applicable,
-        runtime=config["runtime"],
+        runtime=RUNTIME,
+        lock_sha256=stack_lock_digest,
         timeout_s=config["cell_timeout_minutes"] * 60,
     # All cores to one cell: cells never share the CPU or the accelerator, so one cell cannot slow another.
     threads: workflow.cores

@@ -1,5 +1,6 @@
 import glob
 import os
+import shutil
 import sys
 
 from snakemake.utils import validate
@@ -10,11 +11,19 @@ sys.path.insert(0, SCRIPTS)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SCRIPTS, os.environ.get("PYTHONPATH")]))
 PYTHON = sys.executable
 
-from kbench import matrix
+from kbench import envs, matrix
 
 validate(config, "../schemas/config.schema.yaml")
 matrix.check_references(config)
 RESULTS = config["results_dir"]
+# auto: podman where it is installed, else the host venvs. The runtime a cell used is in its JSON.
+RUNTIME = config["runtime"] if config["runtime"] != "auto" else ("podman" if shutil.which("podman") else "host")
+ENVIRONMENT_RECORDS = {
+    "host": "environments/{stack}.{accelerator}.json",
+    "podman": "images/{stack}.{accelerator}.json",
+    "docker": "images/{stack}.{accelerator}.docker.json",
+    "apptainer": "images/{stack}.{accelerator}.sif.json",
+}
 
 TABLES = ["ms_per_step.csv", "ms_per_step.md", "speedup.csv", "speedup.md", "cells_long.csv"]
 
@@ -39,11 +48,19 @@ def cell_of(wildcards):
 
 
 def environment_record(wildcards):
-    """A runnable cell depends on its stack's environment record; an n/a cell depends on nothing."""
+    """A runnable cell depends on its stack's environment (venv or image) record; an n/a cell depends on nothing."""
     if cell_of(wildcards).not_applicable:
         return []
-    stack = matrix.stack_of(config, wildcards.framework)
-    return f"{RESULTS}/environments/{stack}.{config['accelerator']}.json"
+    record = ENVIRONMENT_RECORDS[RUNTIME].format(stack=matrix.stack_of(config, wildcards.framework),
+                                                 accelerator=config["accelerator"])
+    return f"{RESULTS}/{record}"
+
+
+def stack_lock_digest(wildcards):
+    """The cell's environment by content: a bumped lock changes this param (and the image tag derived from it)."""
+    if cell_of(wildcards).not_applicable:
+        return None
+    return envs.sha256_file(f"envs/{matrix.stack_of(config, wildcards.framework)}.{config['accelerator']}.lock")
 
 
 def harness_sources(wildcards):

@@ -15,8 +15,8 @@ MODELS = ["bert", "sam"]
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
-    proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", f"results_dir={results}",
-                     f"models=[{','.join(MODELS)}]", f"frameworks=[{','.join(FRAMEWORKS)}]")
+    proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=host",
+                     f"results_dir={results}", f"models=[{','.join(MODELS)}]", f"frameworks=[{','.join(FRAMEWORKS)}]")
     assert proc.returncode == 0, proc.stdout[-5000:]
     return results
 

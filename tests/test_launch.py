@@ -34,8 +34,47 @@ def test_host_command_runs_the_runner_in_the_stack_python():
 
 
 def test_unknown_runtime_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="runtime 'lxc' is not supported; allowed: host"):
+    with pytest.raises(ValueError, match="runtime 'lxc' is not supported; allowed: host, podman, docker, apptainer"):
         launch.command("lxc", {}, Path("out.json"))
+
+
+IMAGE = {"id": "sha256:" + "ab" * 32, "sif": "/images/keras3-jax.gpu.sif"}
+OUT = Path("/work/results/cells/tiny/bert/fit/bs32/keras3-jax.json")
+MOUNTS = [f"{launch.REPO}/scripts:/opt/kbench/scripts:ro", "/work/results/cells/tiny/bert/fit/bs32:/kbench/out:rw"]
+INNER = ["python", "-m", "kbench.runner", "--out", "/kbench/out/keras3-jax.json"]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_podman_runs_the_image_by_id_offline_with_cdi_gpus(gpu):
+    argv = launch.command("podman", IMAGE, OUT, gpu=gpu, name="kbench-x")
+    assert argv[:8] == ["podman", "run", "--rm", "-i", "--name", "kbench-x", "--network", "none"]
+    assert [a.removeprefix("--volume=") for a in argv if a.startswith("--volume=")] == MOUNTS
+    assert "--ulimit" in argv and any(a.startswith("nofile=") for a in argv)
+    assert ("nvidia.com/gpu=all" in argv) == gpu and "--gpus" not in argv
+    assert argv[-6:] == [IMAGE["id"], *INNER]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_docker_uses_gpus_flag(gpu):
+    argv = launch.command("docker", IMAGE, OUT, gpu=gpu, name="kbench-x")
+    assert argv[:8] == ["docker", "run", "--rm", "-i", "--name", "kbench-x", "--network", "none"]
+    assert (argv[argv.index("--gpus") + 1] == "all") if gpu else "--gpus" not in argv
+    assert "nvidia.com/gpu=all" not in argv and argv[-6:] == [IMAGE["id"], *INNER]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_apptainer_runs_the_sif_contained_without_network(gpu):
+    argv = launch.command("apptainer", IMAGE, OUT, gpu=gpu)
+    assert argv[:7] == ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none"]
+    assert argv[argv.index("--bind") + 1] == ",".join(MOUNTS)
+    assert ("--nv" in argv) == gpu
+    assert argv[-6:] == [IMAGE["sif"], *INNER]
+
+
+def test_podman_gets_the_shipped_containers_conf_and_host_the_lock():
+    assert launch.process_env("podman")["CONTAINERS_CONF"].endswith("containers/containers.conf")
+    host = launch.process_env("host", {"lock": "envs/keras3-jax.cpu.lock"})
+    assert host["KBENCH_LOCK"] == str(launch.REPO / "envs" / "keras3-jax.cpu.lock")
 
 
 def test_ok_cell_has_the_contract_fields(tmp_path, driver_environment):
@@ -68,6 +107,18 @@ def test_failures_become_failed_cells(tmp_path, driver_environment, fault, error
 def test_a_hanging_cell_is_killed_at_the_timeout(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec("hang"), timeout_s=3)
     assert result["status"] == "failed" and result["error"]["type"] == "Timeout"
+
+
+def test_an_environment_that_drifted_from_its_lock_fails_the_cell(tmp_path, driver_environment):
+    lock = tmp_path / "stack.lock"
+    lock.write_text("numpy==0.0.1 \\\n    --hash=sha256:00\nkeras==3.15.1\n")
+    record = json.loads(driver_environment.read_text())
+    driver_environment.write_text(json.dumps({**record, "lock": str(lock)}))
+    result = run(tmp_path, driver_environment, synthetic_spec())
+    assert result["status"] == "failed" and result["error"]["type"] == "LockDrift"
+    message = result["error"]["message"]
+    assert "numpy: lock 0.0.1, installed" in message and "keras==3.15.1 in the lock but not installed" in message
+    assert "installed but not in the lock" in message and message.index("numpy:") < message.index("keras==")
 
 
 def test_unsupported_task_is_reported_not_failed(tmp_path, driver_environment):

@@ -1,10 +1,11 @@
 """The workflow as a user drives it: dry runs of both suites, and n/a cells that run without any environment."""
 import re
+import shutil
 
 import pandas as pd
 import pytest
 
-from conftest import snakemake
+from conftest import REPO, snakemake
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -12,12 +13,14 @@ def job_counts(output: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}
 
 
-@pytest.mark.parametrize("suite_args", [[], ["--config", "suite=tiny", "accelerator=cpu"]])
-def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite_args):
-    args = suite_args or ["--config"]
-    proc = snakemake("-n", "--cores", "all", *args, f"results_dir={tmp_path}")
+@pytest.mark.parametrize("runtime, environment_jobs", [
+    ("podman", {"base_image": 1, "stack_image": 3}), ("host", {"environment": 3})])
+@pytest.mark.parametrize("suite_args", [[], ["suite=tiny", "accelerator=cpu"]])
+def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite_args, runtime, environment_jobs):
+    proc = snakemake("-n", "--cores", "all", "--config", *suite_args, f"runtime={runtime}", f"results_dir={tmp_path}")
     assert proc.returncode == 0, proc.stdout
-    assert job_counts(proc.stdout) == {"environment": 3, "cell": 36, "tables": 1, "all": 1, "total": 41}
+    total = 36 + 2 + sum(environment_jobs.values())
+    assert job_counts(proc.stdout) == {**environment_jobs, "cell": 36, "tables": 1, "all": 1, "total": total}
     accelerator = "cpu" if suite_args else "gpu"
     for stack in ("keras3-jax", "keras3-tensorflow", "keras3-torch"):
         assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
@@ -31,3 +34,26 @@ def test_not_applicable_cells_reach_the_table_without_an_environment(tmp_path):
     assert not (tmp_path / "environments").exists()
     table = pd.read_csv(tmp_path / "tables" / "tiny" / "ms_per_step.csv")
     assert table["keras3-torch"].tolist() == ["n/a: not on torch", "n/a: not on torch"]
+
+
+def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_tables(tmp_path):
+    """In a copy of the workflow whose every output is up to date, bump one pin of one stack's lock."""
+    for name in ("Snakefile", "config.yaml", "rules", "schemas", "envs", "scripts", "containers"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, tmp_path / name)
+    args = ["--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman"]
+    summary = snakemake("--summary", *args, cwd=tmp_path).stdout.splitlines()
+    for line in summary[summary.index(next(l for l in summary if l.startswith("output_file"))) + 1:]:
+        output = tmp_path / line.split("\t")[0]
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("{}")
+    assert snakemake("--touch", *args, cwd=tmp_path).returncode == 0     # mtimes in DAG order: all up to date
+    assert "Nothing to be done" in snakemake("-n", *args, cwd=tmp_path).stdout
+
+    lock = tmp_path / "envs" / "keras3-jax.cpu.lock"
+    lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
+    plan = snakemake("-n", *args, cwd=tmp_path).stdout
+    assert job_counts(plan) == {"stack_image": 1, "cell": 12, "tables": 1, "all": 1, "total": 15}
+    rebuilt = re.findall(r"output: (\S+)", plan)
+    assert "results/images/keras3-jax.cpu.json" in rebuilt
+    cells = [path for path in rebuilt if path.startswith("results/cells/")]
+    assert len(cells) == 12 and all(path.endswith("/keras3-jax.json") for path in cells)

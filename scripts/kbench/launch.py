@@ -1,33 +1,68 @@
-"""The one place that knows how a cell process starts (host venv today; container runtimes plug in here).
+"""The one place that knows how a cell process starts: host venv, podman, docker or apptainer.
 
 run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
 log, and guarantees a result JSON: a process that crashes, is killed or times out becomes a `failed` cell.
+In a container the cell has no network, sees the repo's scripts/ read-only and writes only its result folder.
 """
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
+import uuid
 from pathlib import Path
 
 from kbench import cell
 
 REPO = Path(__file__).resolve().parents[2]
-RUNTIMES = ("host",)
+RUNTIMES = ("host", "podman", "docker", "apptainer")
+CONTAINERS_CONF = REPO / "containers" / "containers.conf"
+SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
+OUT_IN_IMAGE = "/kbench/out"
 
 
-def command(runtime: str, environment: dict, out: Path) -> list[str]:
-    """argv that runs kbench.runner for one cell inside `environment` (a record written by kbench.envs)."""
+def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name: str = "kbench-cell") -> list[str]:
+    """argv that runs kbench.runner for one cell inside `environment` (a record of kbench.envs or kbench.images)."""
     if runtime == "host":
         return [str(Path(environment["prefix"]) / "bin" / "python"), "-m", "kbench.runner", "--out", str(out)]
+    inner = ["python", "-m", "kbench.runner", "--out", f"{OUT_IN_IMAGE}/{out.name}"]
+    mounts = [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw")]
+    if runtime in ("podman", "docker"):
+        argv = [runtime, "run", "--rm", "-i", "--name", name, "--network", "none"]
+        argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in mounts]
+        if runtime == "podman":
+            argv += ulimit_args() + (["--device", "nvidia.com/gpu=all"] if gpu else [])   # GPUs via CDI
+        elif gpu:
+            argv += ["--gpus", "all"]
+        return argv + [environment["id"], *inner]
+    if runtime == "apptainer":
+        argv = ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
+                "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in mounts),
+                "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"] + (["--nv"] if gpu else [])
+        return argv + [environment["sif"], *inner]
     raise ValueError(f"runtime {runtime!r} is not supported; allowed: {', '.join(RUNTIMES)}")
 
 
-def process_env(runtime: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERAS_"))}
-    env["PYTHONPATH"] = str(REPO / "scripts")
+def ulimit_args() -> list[str]:
+    """podman's default open-file limit (1048576) is refused where the host's hard limit is lower: use the host's."""
+    def hard(limit: int, cap: int) -> int:
+        value = resource.getrlimit(limit)[1]
+        return cap if value == resource.RLIM_INFINITY else min(value, cap)
+    nofile, nproc = hard(resource.RLIMIT_NOFILE, 1048576), hard(resource.RLIMIT_NPROC, 32768)
+    return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+
+
+def process_env(runtime: str, environment: dict | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERAS_", "KBENCH_"))}
     env["PYTHONUNBUFFERED"] = "1"
+    if runtime == "host":
+        env["PYTHONPATH"] = str(REPO / "scripts")
+        if environment and environment.get("lock"):
+            env["KBENCH_LOCK"] = str(Path(environment["lock"]).resolve())   # images set their own
+    if runtime == "podman":
+        env["CONTAINERS_CONF"] = str(CONTAINERS_CONF)
     return env
 
 
@@ -47,8 +82,10 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
     out, log = Path(out), Path(log)
     environment = cell.read(environment_record)
     context = {"runtime": runtime, "environment": environment, "git_commit": git_commit()}
-    argv = command(runtime, environment, out)
+    name = f"kbench-{uuid.uuid4().hex[:12]}"
+    argv = command(runtime, environment, out, gpu=spec.get("accelerator") == "gpu", name=name)
     out.unlink(missing_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"spec": spec, "context": context})
     with open(log, "w") as log_file:
@@ -56,9 +93,10 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
         log_file.flush()
         try:
             proc = subprocess.run(argv, input=payload, text=True, stdout=log_file, stderr=subprocess.STDOUT,
-                                  env=process_env(runtime), cwd=REPO, timeout=timeout_s)
+                                  env=process_env(runtime, environment), cwd=REPO, timeout=timeout_s)
             failure = None if proc.returncode == 0 else exit_failure(proc.returncode)
         except subprocess.TimeoutExpired:
+            stop_container(runtime, name)
             failure = cell.error_info("Timeout", f"cell process exceeded {timeout_s:.0f} s and was killed")
     if failure or not out.exists():
         failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
@@ -67,9 +105,17 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
     return cell.read(out)
 
 
+def stop_container(runtime: str, name: str) -> None:
+    """Killing the podman/docker client leaves the container running: remove it by name."""
+    if runtime in ("podman", "docker"):
+        subprocess.run([runtime, "rm", "--force", name], capture_output=True, env=process_env(runtime))
+
+
 def exit_failure(returncode: int) -> dict:
     if returncode < 0:
         name = signal.Signals(-returncode).name
         hint = " (out of memory?)" if name == "SIGKILL" else ""
         return cell.error_info("Killed", f"cell process killed by {name}{hint}")
+    if returncode == 137:   # 128 + SIGKILL, as container runtimes report it
+        return cell.error_info("Killed", "cell process killed by SIGKILL (out of memory?)")
     return cell.error_info("ProcessExit", f"cell process exited with status {returncode}")

@@ -14,7 +14,7 @@ import socket
 import sys
 import traceback
 
-from kbench import cell, timing
+from kbench import cell, lockcheck, timing
 
 
 def run(spec: dict, context: dict) -> dict:
@@ -26,6 +26,8 @@ def run(spec: dict, context: dict) -> dict:
                   "platform": platform.platform(), "hostname": socket.gethostname()}
     backend = None
     try:
+        if os.environ.get("KBENCH_LOCK"):       # set by the launcher: the lock this environment was built from
+            lockcheck.verify(os.environ["KBENCH_LOCK"])
         adapter = adapters.load(spec["framework_def"]["adapter"])
         backend = adapter.backend()
         workload = adapter.build(spec)

@@ -1,0 +1,169 @@
+"""Container images, built with podman: a Debian base made here (no registry needed) or pinned by digest, and one image
+per stack and accelerator from containers/Containerfile and the stack's lock.
+
+    python -m kbench.images base  --source debian|REF@sha256:... --epoch N --record R
+    python -m kbench.images stack --stack S --accelerator A --base-record B --epoch N --uv-cache DIR --record R
+    python -m kbench.images export --record R --format oci-archive|docker-archive --out FILE
+    python -m kbench.images docker-load --image-record R --archive FILE --record OUT      (on a Docker host)
+    python -m kbench.images sif --image-record R --archive FILE --sif SIF --record OUT     (on an Apptainer host)
+
+Reproducible: fixed SOURCE_DATE_EPOCH and --timestamp, so the same base, lock and recipe give the same image ID.
+The tag derives from the lock's digest. Records are what cells depend on (and what their JSON names).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kbench import cell, envs, launch
+
+REPO = launch.REPO
+RECIPE = REPO / "containers" / "Containerfile"
+DEBIAN_SUITE = "bookworm"
+BASE_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def podman(*args: str, capture: bool = False) -> str:
+    proc = subprocess.run(["podman", *args], env=launch.process_env("podman"), text=True, check=True,
+                          stdout=subprocess.PIPE if capture else None)
+    return proc.stdout.strip() if capture else ""
+
+
+def inspect(image: str) -> dict:
+    info = json.loads(podman("image", "inspect", image, capture=True))[0]
+    return {"id": "sha256:" + info["Id"].removeprefix("sha256:"), "digest": info.get("Digest"), "size_bytes": info["Size"]}
+
+
+def build_base(source: str, epoch: int, record: Path) -> dict:
+    started = time.monotonic()
+    if source == "debian":
+        # mmdebstrap uses the host's apt sources, so no mirror is named here; SOURCE_DATE_EPOCH fixes file times.
+        image = f"localhost/kbench/base:{DEBIAN_SUITE}"
+        with tempfile.TemporaryDirectory() as tmp:
+            rootfs = Path(tmp) / "rootfs.tar"
+            subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", f"--include={BASE_PACKAGES}", DEBIAN_SUITE,
+                            str(rootfs)], check=True, env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
+            os.utime(rootfs, (epoch, epoch))
+            podman("import", "--quiet", str(rootfs), image, capture=True)
+    else:
+        if "@sha256:" not in source:
+            raise ValueError(f"containers.base {source!r}: use 'debian' or an image pinned by digest (NAME@sha256:...)")
+        image = source
+        podman("pull", "--quiet", source, capture=True)
+    info = {"kind": "base", "image": image, "source": source, "epoch": epoch, **inspect(image),
+            "build_seconds": round(time.monotonic() - started, 1)}
+    cell.write_atomic(record, info)
+    return info
+
+
+def stack_tag(stack: str, accelerator: str, lock_sha256: str) -> str:
+    return f"localhost/kbench/{stack}:{accelerator}-{lock_sha256.removeprefix('sha256:')[:16]}"
+
+
+def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cache: Path, tag: str) -> list[str]:
+    return ["build", "--quiet", "--network", "host", "--timestamp", str(epoch), "--file", str(RECIPE),
+            "--build-arg", f"BASE_IMAGE={base_id}", "--build-arg", f"STACK={stack}",
+            "--build-arg", f"ACCELERATOR={accelerator}", "--build-arg", f"SOURCE_DATE_EPOCH={epoch}",
+            # PyPI through the host's trust store and a shared download cache, during the build only
+            f"--volume={HOST_CA_BUNDLE}:/etc/ssl/certs/ca-certificates.crt:ro", f"--volume={uv_cache}:/uvcache",
+            *launch.ulimit_args(), "--tag", tag, str(REPO / "envs")]
+
+
+def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_cache: Path, record: Path) -> dict:
+    lock = REPO / "envs" / f"{stack}.{accelerator}.lock"
+    lock_sha = envs.sha256_file(lock)
+    base = cell.read(base_record)
+    tag = stack_tag(stack, accelerator, lock_sha)
+    uv_cache.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag), capture=True)
+    info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),
+            "lock": str(lock.relative_to(REPO)), "lock_sha256": lock_sha, "recipe_sha256": envs.sha256_file(RECIPE),
+            "base_id": base["id"], "epoch": epoch, "build_seconds": round(time.monotonic() - started, 1)}
+    cell.write_atomic(record, info)
+    return info
+
+
+def export(record: Path, fmt: str, out: Path) -> None:
+    """An archive to carry the image to a host without a registry (podman load / docker load / apptainer build)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    podman("save", "--quiet", "--format", fmt, "--output", str(out), cell.read(record)["image"])
+
+
+def docker_load_command(archive: Path) -> list[str]:
+    return ["docker", "load", "--quiet", "--input", str(archive)]
+
+
+def sif_command(archive: Path, sif: Path) -> list[str]:
+    return ["apptainer", "build", "--force", str(sif), f"oci-archive://{archive}"]
+
+
+def docker_load(image_record: Path, archive: Path, record: Path) -> dict:
+    """Load the podman-built image into Docker; its image ID (the config digest) must be the one podman recorded."""
+    source = cell.read(image_record)
+    subprocess.run(docker_load_command(archive), check=True)
+    loaded = "sha256:" + subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", source["image"]],
+                                        capture_output=True, text=True, check=True).stdout.strip().removeprefix("sha256:")
+    if loaded != source["id"]:
+        raise RuntimeError(f"docker loaded {loaded} from {archive}, but the image record says {source['id']}")
+    info = {**source, "kind": "docker", "archive": str(archive)}
+    cell.write_atomic(record, info)
+    return info
+
+
+def build_sif(image_record: Path, archive: Path, sif: Path, record: Path) -> dict:
+    source = cell.read(image_record)
+    subprocess.run(sif_command(archive, sif), check=True)
+    info = {**source, "kind": "sif", "sif": str(sif.resolve()), "sif_sha256": envs.sha256_file(sif)}
+    cell.write_atomic(record, info)
+    return info
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    base = sub.add_parser("base")
+    base.add_argument("--source", required=True)
+    stack = sub.add_parser("stack")
+    stack.add_argument("--stack", required=True)
+    stack.add_argument("--accelerator", required=True)
+    stack.add_argument("--base-record", required=True, type=Path)
+    stack.add_argument("--uv-cache", required=True, type=Path)
+    for p in (base, stack):
+        p.add_argument("--epoch", required=True, type=int)
+        p.add_argument("--record", required=True, type=Path)
+    exp = sub.add_parser("export")
+    exp.add_argument("--record", required=True, type=Path)
+    exp.add_argument("--format", required=True, choices=["oci-archive", "docker-archive"])
+    exp.add_argument("--out", required=True, type=Path)
+    for name in ("docker-load", "sif"):
+        p = sub.add_parser(name)
+        p.add_argument("--image-record", required=True, type=Path)
+        p.add_argument("--archive", required=True, type=Path)
+        p.add_argument("--record", required=True, type=Path)
+        if name == "sif":
+            p.add_argument("--sif", required=True, type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "docker-load":
+        docker_load(args.image_record, args.archive, args.record)
+    elif args.command == "sif":
+        build_sif(args.image_record, args.archive, args.sif, args.record)
+    elif args.command == "base":
+        build_base(args.source, args.epoch, args.record)
+    elif args.command == "stack":
+        build_stack(args.stack, args.accelerator, args.base_record, args.epoch, args.uv_cache, args.record)
+    else:
+        export(args.record, args.format, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
