@@ -1,5 +1,6 @@
-"""Real tiny cells, run by Snakemake in their stack environments (built from the locks on first use)."""
+"""Real tiny cells, run by Snakemake in podman images and in host venvs (both built from the locks on first use)."""
 import json
+import socket
 
 import pandas as pd
 import pytest
@@ -9,35 +10,54 @@ from kbench import envs
 
 pytestmark = pytest.mark.e2e
 FRAMEWORKS = ["keras3-jax", "keras3-tensorflow"]
-MODELS = ["bert", "sam"]
+RUNS = {"podman": ["bert", "sam"], "host": ["bert"]}
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=host",
-                     f"results_dir={results}", f"models=[{','.join(MODELS)}]", f"frameworks=[{','.join(FRAMEWORKS)}]")
+@pytest.fixture(scope="module", params=list(RUNS))
+def tiny_run(request, tmp_path_factory):
+    runtime, models = request.param, RUNS[request.param]
+    results = tmp_path_factory.mktemp(f"results-{runtime}")
+    proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
+                     f"results_dir={results}", f"models=[{','.join(models)}]", f"frameworks=[{','.join(FRAMEWORKS)}]")
     assert proc.returncode == 0, proc.stdout[-5000:]
-    return results
+    return runtime, models, results
+
+
+def cells(results):
+    return [json.loads(path.read_text()) for path in sorted((results / "cells").rglob("*.json"))]
 
 
 def test_every_cell_ran_and_the_table_is_filled(tiny_run):
-    table = pd.read_csv(tiny_run / "tables" / "tiny" / "ms_per_step.csv")
+    runtime, models, results = tiny_run
+    table = pd.read_csv(results / "tables" / "tiny" / "ms_per_step.csv")
     assert list(table.columns) == ["model", "task", "batch_size", *FRAMEWORKS]
-    assert len(table) == 4
+    assert len(table) == 2 * len(models)
     values = table[FRAMEWORKS].astype(float)     # "failed: ..." would not parse
     assert (values > 0).all().all()
 
 
-@pytest.mark.parametrize("framework, backend_package", [("keras3-jax", "jax"), ("keras3-tensorflow", "tensorflow")])
-def test_cells_record_their_backend_environment_and_timing(tiny_run, framework, backend_package):
-    result = json.loads((tiny_run / "cells" / "tiny" / "bert" / "fit" / "bs32" / f"{framework}.json").read_text())
-    assert result["status"] == "ok", result["error"]
-    prov = result["provenance"]
-    assert prov["backend"] == backend_package and backend_package in prov["packages"]
-    assert prov["packages"]["keras"] == "3.15.1" and prov["device"].lower().startswith("cpu")
-    stack = framework
-    assert prov["environment"]["lock_sha256"] == envs.sha256_file(REPO / "envs" / f"{stack}.cpu.lock")
-    timing = result["timing"]
-    assert timing["n"] == len(timing["step_ms"]) == 20 and timing["first_step_ms"] > timing["median_ms"]
-    assert result["params"]["total"] == result["params"]["trainable"] > 0
+def test_cells_record_backend_environment_and_timing(tiny_run):
+    runtime, models, results = tiny_run
+    for result in cells(results):
+        assert result["status"] == "ok", result["error"]
+        prov, framework = result["provenance"], result["spec"]["framework"]
+        backend = {"keras3-jax": "jax", "keras3-tensorflow": "tensorflow"}[framework]
+        assert prov["runtime"] == runtime and prov["backend"] == backend and backend in prov["packages"]
+        assert prov["packages"]["keras"] == "3.15.1" and prov["device"].lower().startswith("cpu")
+        assert prov["environment"]["lock_sha256"] == envs.sha256_file(REPO / "envs" / f"{framework}.cpu.lock")
+        timing = result["timing"]
+        assert timing["n"] == len(timing["step_ms"]) == 20 and timing["first_step_ms"] > timing["median_ms"]
+        assert result["params"]["total"] >= result["params"]["trainable"] > 0
+
+
+def test_cells_name_the_image_or_venv_they_ran_in(tiny_run):
+    runtime, models, results = tiny_run
+    for result in cells(results):
+        stack, environment = result["spec"]["framework_def"]["stack"], result["provenance"]["environment"]
+        if runtime == "podman":
+            record = json.loads((results / "images" / f"{stack}.cpu.json").read_text())
+            assert environment["id"] == record["id"] and environment["kind"] == "image"
+            assert record["image"].endswith(record["lock_sha256"].removeprefix("sha256:")[:16])
+            assert result["provenance"]["hostname"] != socket.gethostname()     # it ran in a container
+        else:
+            assert environment["kind"] == "venv" and environment["prefix"].endswith(f".envs/{stack}.cpu")

@@ -58,6 +58,7 @@ def write_atomic(path: str | os.PathLike, result: dict) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
+    os.chmod(tmp, 0o644)                       # mkstemp makes it private; results are for reading
     os.replace(tmp, path)
 
 

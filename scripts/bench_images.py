@@ -1,0 +1,82 @@
+"""Image build times, reproducibility and per-cell container overhead (a benchmark, not a test).
+
+    .venv/bin/python scripts/bench_images.py [--stack keras3-jax --accelerator cpu --runs 15 --base]
+
+cold build: empty uv cache, no image; warm build: the image removed, the uv cache kept. Both must give the same image
+ID (reproducible build). --base also rebuilds the Debian base twice and compares its IDs. Container overhead:
+`podman run --rm --network none IMAGE python -c pass` against the stack's host venv `python -c pass`, median of
+--runs each: what a container adds to every cell, outside its step timing (target <= 0.3 s).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from kbench import images, launch  # noqa: E402
+
+
+def wall(argv, env=None) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def remove(image: str) -> None:
+    subprocess.run(["podman", "rmi", "--force", image], env=launch.process_env("podman"), capture_output=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", default="keras3-jax")
+    parser.add_argument("--accelerator", default="cpu")
+    parser.add_argument("--epoch", type=int, default=1735689600)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--base", action="store_true", help="also rebuild the base twice")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kbench-images-"))
+
+    base_ids = []
+    for attempt in range(2 if args.base else 1):
+        remove(f"localhost/kbench/base:{images.DEBIAN_SUITE}")
+        base = images.build_base("debian", args.epoch, work / "base.json")
+        base_ids.append(base["id"])
+        print(f"base build {attempt + 1}: {base['build_seconds']} s, {base['size_bytes'] / 1e6:.0f} MB, {base['id']}")
+
+    records = {}
+    for kind, cache in (("cold", work / "empty-uv-cache"), ("warm", work / "empty-uv-cache")):
+        tag = images.stack_tag(args.stack, args.accelerator,
+                               images.envs.sha256_file(REPO / "envs" / f"{args.stack}.{args.accelerator}.lock"))
+        remove(tag)
+        records[kind] = images.build_stack(args.stack, args.accelerator, work / "base.json", args.epoch, cache,
+                                           work / f"{kind}.json")
+        r = records[kind]
+        print(f"{args.stack}.{args.accelerator} {kind} build: {r['build_seconds']} s, {r['size_bytes'] / 1e9:.2f} GB, "
+              f"{r['id']}")
+    same = records["cold"]["id"] == records["warm"]["id"]
+    print(f"reproducible image ID across the two clean builds: {same}")
+    if args.base:
+        print(f"reproducible base ID across two builds: {base_ids[0] == base_ids[1]}")
+
+    host_python = REPO / ".envs" / f"{args.stack}.{args.accelerator}" / "bin" / "python"
+    podman = ["podman", "run", "--rm", "--network", "none", *launch.ulimit_args(), records["warm"]["id"],
+              "python", "-c", "pass"]
+    podman_env = launch.process_env("podman")
+    wall(podman, podman_env)                    # first start pays the storage setup
+    container = [wall(podman, podman_env) for _ in range(args.runs)]
+    host = [wall([str(host_python), "-c", "pass"]) for _ in range(args.runs)] if host_python.exists() else [0.0]
+    overhead = statistics.median(container) - statistics.median(host)
+    print(f"start-up median of {args.runs}: podman {statistics.median(container):.3f} s, host venv "
+          f"{statistics.median(host):.3f} s; container overhead per cell {overhead:.3f} s (target <= 0.3 s)")
+    return 0 if same and (not args.base or base_ids[0] == base_ids[1]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
