@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/bench_images.py [--stack keras3-jax --accelerator cpu --runs 15 --base]
 
-cold build: empty uv cache, no image; warm build: the image removed, the uv cache kept. Both must give the same image
-ID (reproducible build). --base also rebuilds the Debian base twice and compares its IDs. Container overhead:
+cold build: empty uv cache, no image, no layer cache; warm build: the same without the image and layer cache, the uv
+download cache kept. Both must give the same image ID (reproducible build). --base also rebuilds the Debian base twice and compares its IDs. Container overhead:
 `podman run --rm --network none IMAGE python -c pass` against the stack's host venv `python -c pass`, median of
 --runs each: what a container adds to every cell, outside its step timing (target <= 0.3 s).
 """
@@ -44,19 +44,23 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kbench-images-"))
 
     base_ids = []
-    for attempt in range(2 if args.base else 1):
-        remove(f"localhost/kbench/base:{images.DEBIAN_SUITE}")
+    base_image = f"localhost/kbench/base:{images.DEBIAN_SUITE}"
+    for attempt in range(2 if args.base else 0):
+        remove(base_image)
         base = images.build_base("debian", args.epoch, work / "base.json")
         base_ids.append(base["id"])
         print(f"base build {attempt + 1}: {base['build_seconds']} s, {base['size_bytes'] / 1e6:.0f} MB, {base['id']}")
+    if not args.base:                           # reuse the base the pipeline built
+        images.cell.write_atomic(work / "base.json", {"kind": "base", "image": base_image, **images.inspect(base_image)})
 
     records = {}
-    for kind, cache in (("cold", work / "empty-uv-cache"), ("warm", work / "empty-uv-cache")):
+    uv_cache = work / "uv-cache"                # empty for the cold build, filled by it for the warm one
+    for kind in ("cold", "warm"):
         tag = images.stack_tag(args.stack, args.accelerator,
                                images.envs.sha256_file(REPO / "envs" / f"{args.stack}.{args.accelerator}.lock"))
         remove(tag)
-        records[kind] = images.build_stack(args.stack, args.accelerator, work / "base.json", args.epoch, cache,
-                                           work / f"{kind}.json")
+        records[kind] = images.build_stack(args.stack, args.accelerator, work / "base.json", args.epoch, uv_cache,
+                                           work / f"{kind}.json", no_cache=True)
         r = records[kind]
         print(f"{args.stack}.{args.accelerator} {kind} build: {r['build_seconds']} s, {r['size_bytes'] / 1e9:.2f} GB, "
               f"{r['id']}")

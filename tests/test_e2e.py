@@ -1,6 +1,7 @@
 """Real tiny cells, run by Snakemake in podman images and in host venvs (both built from the locks on first use)."""
 import json
 import socket
+import tarfile
 
 import pandas as pd
 import pytest
@@ -13,14 +14,28 @@ FRAMEWORKS = ["keras3-jax", "keras3-tensorflow"]
 RUNS = {"podman": ["bert", "sam"], "host": ["bert"]}
 
 
-@pytest.fixture(scope="module", params=list(RUNS))
-def tiny_run(request, tmp_path_factory):
-    runtime, models = request.param, RUNS[request.param]
+def run_tiny(runtime, tmp_path_factory):
+    models = RUNS[runtime]
     results = tmp_path_factory.mktemp(f"results-{runtime}")
     proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
                      f"results_dir={results}", f"models=[{','.join(models)}]", f"frameworks=[{','.join(FRAMEWORKS)}]")
     assert proc.returncode == 0, proc.stdout[-5000:]
     return runtime, models, results
+
+
+@pytest.fixture(scope="module")
+def podman_run(tmp_path_factory):
+    return run_tiny("podman", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def host_run(tmp_path_factory):
+    return run_tiny("host", tmp_path_factory)
+
+
+@pytest.fixture(params=list(RUNS))
+def tiny_run(request):
+    return request.getfixturevalue(f"{request.param}_run")
 
 
 def cells(results):
@@ -50,14 +65,32 @@ def test_cells_record_backend_environment_and_timing(tiny_run):
         assert result["params"]["total"] >= result["params"]["trainable"] > 0
 
 
-def test_cells_name_the_image_or_venv_they_ran_in(tiny_run):
-    runtime, models, results = tiny_run
+def test_podman_cells_name_the_image_they_ran_in(podman_run):
+    runtime, models, results = podman_run
     for result in cells(results):
         stack, environment = result["spec"]["framework_def"]["stack"], result["provenance"]["environment"]
-        if runtime == "podman":
-            record = json.loads((results / "images" / f"{stack}.cpu.json").read_text())
-            assert environment["id"] == record["id"] and environment["kind"] == "image"
-            assert record["image"].endswith(record["lock_sha256"].removeprefix("sha256:")[:16])
-            assert result["provenance"]["hostname"] != socket.gethostname()     # it ran in a container
-        else:
-            assert environment["kind"] == "venv" and environment["prefix"].endswith(f".envs/{stack}.cpu")
+        record = json.loads((results / "images" / f"{stack}.cpu.json").read_text())
+        assert environment["id"] == record["id"] and environment["kind"] == "image"
+        assert record["image"].endswith(record["lock_sha256"].removeprefix("sha256:")[:16])
+        assert result["provenance"]["hostname"] != socket.gethostname()     # it ran in a container
+
+
+def test_host_cells_name_the_venv_they_ran_in(host_run):
+    runtime, models, results = host_run
+    for result in cells(results):
+        stack, environment = result["spec"]["framework_def"]["stack"], result["provenance"]["environment"]
+        assert environment["kind"] == "venv" and environment["prefix"].endswith(f".envs/{stack}.cpu")
+
+
+def test_exported_oci_archive_carries_the_recorded_image(podman_run):
+    runtime, models, results = podman_run
+    target = results / "images" / "keras3-jax.cpu.oci.tar"
+    proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman",
+                     f"results_dir={results}", str(target))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    with tarfile.open(target) as archive:
+        def blob(digest):
+            return json.load(archive.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}"))
+        manifest = blob(json.load(archive.extractfile("index.json"))["manifests"][0]["digest"])
+    record = json.loads((results / "images" / "keras3-jax.cpu.json").read_text())
+    assert manifest["config"]["digest"] == record["id"]

@@ -124,3 +124,22 @@ def test_an_environment_that_drifted_from_its_lock_fails_the_cell(tmp_path, driv
 def test_unsupported_task_is_reported_not_failed(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec(task="generate"))
     assert result["status"] == "unsupported" and "no generate task" in result["error"]["message"]
+
+
+def test_image_transport_commands_for_hosts_without_podman():
+    from kbench import images
+    archive, sif = Path("/r/images/keras3-jax.gpu.oci.tar"), Path("/r/images/keras3-jax.gpu.sif")
+    assert images.sif_command(archive, sif) == ["apptainer", "build", "--force", str(sif),
+                                                "oci-archive:///r/images/keras3-jax.gpu.oci.tar"]
+    assert images.docker_load_command(archive) == ["docker", "load", "--quiet", "--input", str(archive)]
+
+
+def test_image_build_is_pinned_offline_of_the_image_and_reproducible():
+    from kbench import images
+    tag = images.stack_tag("keras3-jax", "gpu", "sha256:" + "0123456789abcdef" * 4)
+    assert tag == "localhost/kbench/keras3-jax:gpu-0123456789abcdef"
+    argv = images.build_command("keras3-jax", "gpu", "sha256:base", 1735689600, Path("/cache"), tag)
+    assert argv[argv.index("--timestamp") + 1] == "1735689600"
+    assert "SOURCE_DATE_EPOCH=1735689600" in argv and "BASE_IMAGE=sha256:base" in argv
+    assert "--volume=/cache:/uvcache" in argv and argv[-1] == str(images.REPO / "envs")   # context: locks only
+    assert any(a.startswith("--volume=/etc/ssl/certs/ca-certificates.crt:") and a.endswith(":ro") for a in argv)

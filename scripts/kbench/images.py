@@ -67,8 +67,10 @@ def stack_tag(stack: str, accelerator: str, lock_sha256: str) -> str:
     return f"localhost/kbench/{stack}:{accelerator}-{lock_sha256.removeprefix('sha256:')[:16]}"
 
 
-def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cache: Path, tag: str) -> list[str]:
-    return ["build", "--quiet", "--network", "host", "--timestamp", str(epoch), "--file", str(RECIPE),
+def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cache: Path, tag: str,
+                  no_cache: bool = False) -> list[str]:
+    return ["build", "--quiet", *(["--no-cache"] if no_cache else []), "--network", "host", "--timestamp", str(epoch),
+            "--file", str(RECIPE),
             "--build-arg", f"BASE_IMAGE={base_id}", "--build-arg", f"STACK={stack}",
             "--build-arg", f"ACCELERATOR={accelerator}", "--build-arg", f"SOURCE_DATE_EPOCH={epoch}",
             # PyPI through the host's trust store and a shared download cache, during the build only
@@ -76,14 +78,15 @@ def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cac
             *launch.ulimit_args(), "--tag", tag, str(REPO / "envs")]
 
 
-def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_cache: Path, record: Path) -> dict:
+def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_cache: Path, record: Path,
+                no_cache: bool = False) -> dict:
     lock = REPO / "envs" / f"{stack}.{accelerator}.lock"
     lock_sha = envs.sha256_file(lock)
     base = cell.read(base_record)
     tag = stack_tag(stack, accelerator, lock_sha)
     uv_cache.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag), capture=True)
+    podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache), capture=True)
     info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),
             "lock": str(lock.relative_to(REPO)), "lock_sha256": lock_sha, "recipe_sha256": envs.sha256_file(RECIPE),
             "base_id": base["id"], "epoch": epoch, "build_seconds": round(time.monotonic() - started, 1)}
