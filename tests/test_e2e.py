@@ -85,8 +85,8 @@ def test_host_cells_name_the_venv_they_ran_in(host_run):
 def test_exported_oci_archive_carries_the_recorded_image(podman_run):
     runtime, models, results = podman_run
     target = results / "images" / "keras3-jax.cpu.oci.tar"
-    proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman",
-                     f"results_dir={results}", str(target))
+    proc = snakemake(str(target), "--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman",
+                     f"results_dir={results}")
     assert proc.returncode == 0, proc.stdout[-3000:]
     with tarfile.open(target) as archive:
         def blob(digest):

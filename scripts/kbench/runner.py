@@ -44,9 +44,8 @@ def run(spec: dict, context: dict) -> dict:
     result["memory"] = {"peak_host_rss_bytes": peak_rss_bytes(),
                         "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}
     if backend:
-        result["provenance"].update(device=backend.device_name(), packages=backend.package_versions(),
-                                    backend=spec["framework_def"].get("env", {}).get("KERAS_BACKEND",
-                                                                                     spec["framework_def"]["adapter"]))
+        result["provenance"].update(backend=backend.name, device=backend.device_name(),
+                                    packages=backend.package_versions())
     result["provenance"]["finished_utc"] = cell.utc_now()
     return result
 

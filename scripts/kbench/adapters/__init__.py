@@ -23,7 +23,7 @@ class Workload:
 @dataclass
 class Backend:
     """Framework-level hooks shared by every model of a family."""
-    name: str
+    name: str                          # the compute backend as results name it: jax, tensorflow, torch, numpy
     sync: Callable[[Any], None]        # block until the device finished the work behind a step's output
     device_name: Callable[[], str]
     peak_device_memory_bytes: Callable[[], int | None]

@@ -22,7 +22,7 @@ def backend() -> Backend:
     import keras
     name = keras.backend.backend()
     hooks = {"jax": _jax_hooks, "tensorflow": _tf_hooks, "torch": _torch_hooks}[name]()
-    return Backend(name=f"keras3-{name}", package_versions=_package_versions, **hooks)
+    return Backend(name=name, package_versions=_package_versions, **hooks)
 
 
 def _package_versions() -> dict[str, str]:
