@@ -54,20 +54,15 @@ def main() -> int:
         images.cell.write_atomic(work / "base.json", {"kind": "base", "image": base_image, **images.inspect(base_image)})
 
     # Own tags, so the images (and records) of the pipeline are never replaced by this benchmark.
-    lock_sha = images.envs.sha256_file(REPO / "envs" / f"{args.stack}.{args.accelerator}.lock")
-    base_id = images.cell.read(work / "base.json")["id"]
     uv_cache = work / "uv-cache"                # empty for the cold build, filled by it for the warm one
-    uv_cache.mkdir()
     records = {}
     for kind in ("cold", "warm"):
         tag = f"localhost/kbench/bench-{args.stack}:{args.accelerator}-{kind}"
         remove(tag)
-        started = time.monotonic()
-        images.podman(*images.build_command(args.stack, args.accelerator, base_id, args.epoch, uv_cache, tag,
-                                            no_cache=True), capture=True)
-        records[kind] = r = {**images.inspect(tag), "build_seconds": round(time.monotonic() - started, 1)}
+        records[kind] = r = images.build_stack(args.stack, args.accelerator, work / "base.json", args.epoch, uv_cache,
+                                               work / f"{kind}.json", no_cache=True, tag=tag)
         print(f"{args.stack}.{args.accelerator} {kind} build: {r['build_seconds']} s, {r['size_bytes'] / 1e9:.2f} GB, "
-              f"{r['id']} (lock {lock_sha[:19]})")
+              f"{r['id']} (lock {r['lock_sha256'][:19]})")
     same = records["cold"]["id"] == records["warm"]["id"]
     print(f"reproducible image ID across the two clean builds: {same}")
     if args.base:

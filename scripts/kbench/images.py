@@ -79,11 +79,12 @@ def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cac
 
 
 def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_cache: Path, record: Path,
-                no_cache: bool = False) -> dict:
+                no_cache: bool = False, tag: str | None = None) -> dict:
+    """tag: default derived from the lock's digest; the image benchmark passes its own so it never replaces ours."""
     lock = REPO / "envs" / f"{stack}.{accelerator}.lock"
     lock_sha = envs.sha256_file(lock)
     base = cell.read(base_record)
-    tag = stack_tag(stack, accelerator, lock_sha)
+    tag = tag or stack_tag(stack, accelerator, lock_sha)
     uv_cache.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache), capture=True)
