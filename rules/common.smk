@@ -25,7 +25,7 @@ ENVIRONMENT_RECORDS = {
     "apptainer": "images/{stack}.{accelerator}.sif.json",
 }
 
-TABLES = ["ms_per_step.csv", "ms_per_step.md", "speedup.csv", "speedup.md", "cells_long.csv"]
+TABLES = ["ms_per_step.csv", "ms_per_step.md", "speedup.csv", "speedup.md", "params.csv", "params.md", "cells_long.csv"]
 
 
 wildcard_constraints:
@@ -68,8 +68,9 @@ def harness_sources(wildcards):
     if cell_of(wildcards).not_applicable:
         return []
     adapter = config["framework_defs"][wildcards.framework]["adapter"]
-    core = ["cell", "runner", "timing", "models", "adapters/__init__"]
-    return [f"scripts/kbench/{name}.py" for name in core] + sorted(glob.glob(f"scripts/kbench/adapters/{adapter}*.py"))
+    core = ["cell", "runner", "timing", "models", "adapters/__init__", f"adapters/{adapter}"]
+    shared = sorted(glob.glob("scripts/kbench/adapters/_[!_]*.py"))    # helpers used by several adapters
+    return [f"scripts/kbench/{name}.py" for name in core] + shared
 
 
 def cell_spec(wildcards):

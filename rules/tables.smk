@@ -12,5 +12,5 @@ rule tables:
         out_dir=lambda wildcards: f"{RESULTS}/tables/{wildcards.suite}",
     localrule: True
     shell:
-        "{PYTHON} -m kbench.tables --frameworks {params.frameworks} --keras3 {params.keras3} "
+        "{PYTHON} -m kbench.tables --frameworks={params.frameworks} --keras3={params.keras3} "
         "--out {params.out_dir} {input.cells} > {log} 2>&1"

@@ -28,6 +28,27 @@ def run(tmp_path, environment, spec, timeout_s=60):
     return launch.run_cell(spec, "host", environment, tmp_path / "cell.json", tmp_path / "cell.log", timeout_s)
 
 
+@pytest.mark.parametrize("task_options, error_type", [
+    ({"lora_rank": 4, "trainable": 0}, "LoRANotApplied"),           # Keras 2's enable_lora: nothing trainable
+    ({"lora_rank": 4, "trainable": 2 * 64 * 64}, "LoRANotApplied"),  # LoRA that froze nothing: a full fine-tune
+    ({"trainable": 0}, "NothingToTrain"),
+])
+def test_fit_that_trains_the_wrong_parameters_fails_before_timing(tmp_path, driver_environment, task_options,
+                                                                  error_type):
+    spec = synthetic_spec()
+    spec["task_options"].update(task_options)
+    result = run(tmp_path, driver_environment, spec)
+    assert result["status"] == "failed" and result["error"]["type"] == error_type
+    assert result["timing"] is None
+    assert result["params"] == {"total": 2 * 64 * 64, "trainable": task_options["trainable"]}
+
+
+def test_lora_fit_with_only_adapter_parameters_trainable_runs(tmp_path, driver_environment):
+    spec = synthetic_spec()
+    spec["task_options"].update(lora_rank=4, trainable=512)
+    assert run(tmp_path, driver_environment, spec)["status"] == "ok"
+
+
 def test_host_command_runs_the_runner_in_the_stack_python():
     argv = launch.command("host", {"prefix": "/envs/keras3-jax.cpu"}, Path("out.json"))
     assert argv == ["/envs/keras3-jax.cpu/bin/python", "-m", "kbench.runner", "--out", "out.json"]
@@ -84,7 +105,7 @@ def test_ok_cell_has_the_contract_fields(tmp_path, driver_environment):
     assert len(timing["step_ms"]) == timing["n"] == 5 and len(timing["warmup_ms"]) == 1
     assert timing["mean_ms"] == pytest.approx(sum(timing["step_ms"]) / 5)
     assert timing["examples_per_s"] == pytest.approx(4 * 1e3 / timing["mean_ms"])
-    assert result["params"] == {"total": 2 * 64 * 64, "trainable": 0}
+    assert result["params"] == {"total": 2 * 64 * 64, "trainable": 2 * 64 * 64}
     assert result["memory"]["peak_host_rss_bytes"] > 10 * 2**20
     prov = result["provenance"]
     assert prov["runtime"] == "host" and prov["device"] == "cpu" and "numpy" in prov["packages"]

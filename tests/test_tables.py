@@ -34,9 +34,9 @@ def results(config):
 
 def test_ms_per_step_has_anchor_shape_and_status_texts(results):
     table = tables.ms_per_step_table(tables.long_table(results), FRAMEWORKS)
-    assert list(table.columns) == FRAMEWORKS
-    assert table.loc[("bert", "fit", 32)].tolist() == ["10.00", "20.00", "40.00"]
-    assert table.loc[("sam", "predict", 4)].tolist() == ["failed: MemoryError", "8.00", "n/a: needs Keras 3"]
+    assert list(table.columns) == FRAMEWORKS + ["params_parity"]
+    assert table.loc[("bert", "fit", 32)].tolist() == ["10.00", "20.00", "40.00", ""]
+    assert table.loc[("sam", "predict", 4)].tolist() == ["failed: MemoryError", "8.00", "n/a: needs Keras 3", ""]
 
 
 def test_speedup_is_other_over_best_keras3_minus_one(results):
@@ -61,3 +61,34 @@ def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
     markdown = (tmp_path / "tables" / "ms_per_step.md").read_text()
     assert "failed: MemoryError" in markdown and "n/a: needs Keras 3" in markdown
     assert pd.read_csv(tmp_path / "tables" / "speedup.csv").shape[0] == 2
+
+
+def counted(config, framework, total, trainable, model="gemma", task="fit", batch=8, status="ok"):
+    out = result(config, model, task, batch, framework, 10.0, status=status,
+                 error=None if status == "ok" else cell.error_info("LoRANotApplied", "nothing trainable"))
+    out["params"] = {"total": total, "trainable": trainable}
+    return out
+
+
+def test_parity_flags_rows_whose_counts_differ_by_more_than_one_percent(config):
+    long = tables.long_table([
+        counted(config, "keras3-jax", 152_128, 4_352), counted(config, "native-torch-eager", 149_824, 2_048),
+        counted(config, "keras3-jax", 78_092, 78_060, "sam", "predict", 4),
+        counted(config, "native-torch-eager", 78_060, 78_060, "sam", "predict", 4),   # 0.04 %: same model
+    ])
+    flags = tables.parity_flags(long)
+    assert flags[("gemma", "fit", 8)] == "total +1.5%, trainable +112.5%"
+    assert flags[("sam", "predict", 4)] == ""
+    table = tables.params_table(long, ["native-torch-eager", "keras3-jax"])
+    assert table.loc[("gemma", "fit", 8)].tolist() == ["149,824 (2,048 trainable)", "152,128 (4,352 trainable)",
+                                                       "total +1.5%, trainable +112.5%"]
+    assert table.loc[("sam", "predict", 4), "native-torch-eager"] == "78,060"
+
+
+def test_parity_counts_failed_cells_that_built_their_model(config):
+    """A LoRA fit that trained nothing is failed, yet its counts still show it differs from the others."""
+    long = tables.long_table([counted(config, "keras3-jax", 208_448, 3_328),
+                              counted(config, "keras2", 205_120, 0, status="failed")])
+    assert tables.parity_flags(long)[("gemma", "fit", 8)] == "total +1.6%, trainable +inf%"
+    assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"]).loc[("gemma", "fit", 8)].tolist() == [
+        "failed: LoRANotApplied", "10.00", "total +1.6%, trainable +inf%"]

@@ -13,16 +13,19 @@ def job_counts(output: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}
 
 
+STACKS = ("native-torch", "keras2", "keras3-jax", "keras3-tensorflow", "keras3-torch")
+
+
 @pytest.mark.parametrize("runtime, environment_jobs", [
-    ("podman", {"base_image": 1, "stack_image": 3}), ("host", {"environment": 3})])
+    ("podman", {"base_image": 1, "stack_image": 5}), ("host", {"environment": 5})])
 @pytest.mark.parametrize("suite_args", [[], ["suite=tiny", "accelerator=cpu"]])
 def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite_args, runtime, environment_jobs):
     proc = snakemake("-n", "--cores", "all", "--config", *suite_args, f"runtime={runtime}", f"results_dir={tmp_path}")
     assert proc.returncode == 0, proc.stdout
-    total = 36 + 2 + sum(environment_jobs.values())
-    assert job_counts(proc.stdout) == {**environment_jobs, "cell": 36, "tables": 1, "all": 1, "total": total}
+    total = 72 + 2 + sum(environment_jobs.values())     # 12 rows x 6 columns, 8 of them n/a
+    assert job_counts(proc.stdout) == {**environment_jobs, "cell": 72, "tables": 1, "all": 1, "total": total}
     accelerator = "cpu" if suite_args else "gpu"
-    for stack in ("keras3-jax", "keras3-tensorflow", "keras3-torch"):
+    for stack in STACKS:
         assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
 
 
@@ -34,6 +37,16 @@ def test_not_applicable_cells_reach_the_table_without_an_environment(tmp_path):
     assert not (tmp_path / "environments").exists()
     table = pd.read_csv(tmp_path / "tables" / "tiny" / "ms_per_step.csv")
     assert table["keras3-torch"].tolist() == ["n/a: not on torch", "n/a: not on torch"]
+
+
+def test_configured_not_applicable_rows_need_no_environment(tmp_path):
+    """The shipped config's n/a cells (Keras 2 LLMs, uncompiled LoRA fits) are filled in without building anything."""
+    proc = snakemake("--cores", "1", "--config", "suite=tiny", "accelerator=cpu", f"results_dir={tmp_path}",
+                     "models=[gemma]", "frameworks=[keras2]")
+    assert proc.returncode == 0, proc.stdout
+    assert not (tmp_path / "environments").exists() and not (tmp_path / "images").exists()
+    table = pd.read_csv(tmp_path / "tables" / "tiny" / "ms_per_step.csv")
+    assert table["keras2"].str.startswith("n/a: keras-nlp 0.12.1").all() and len(table) == 3
 
 
 def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_tables(tmp_path):

@@ -1,6 +1,8 @@
 """The one place that maps a library-neutral architecture (config.yaml model_defs.<model>.sizes.<size>.arch) to each
 library's constructor arguments.
 
+Libraries: keras-hub (Keras 3), keras-nlp 0.12.1 and keras-cv 0.9.0 (Keras 2; keras-cv also for SD on Keras 3),
+HF transformers, peft, Meta segment-anything and diffusers (native PyTorch).
 Pure functions of `arch`, pure python: no framework is imported here, so every adapter (and the config checks) can
 use this module whatever is installed. Keys of `arch` follow config.yaml; conventions that differ between libraries
 are converted here and only here (e.g. keras-hub Gemma's intermediate_dim counts both gate branches).
@@ -11,7 +13,8 @@ from __future__ import annotations
 # ---------------------------------------------------------------- keras-hub (text)
 
 def keras_hub_bert_kwargs(arch: dict) -> dict:
-    """keras_hub.models.BertBackbone(**kwargs). The classifier head takes arch["num_classes"] separately."""
+    """keras_hub.models.BertBackbone(**kwargs), and keras_nlp 0.12.1's BertBackbone (same signature). The classifier
+    head takes arch["num_classes"] separately."""
     keys = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
             "max_sequence_length", "num_segments")
     return {k: arch[k] for k in keys}
@@ -30,7 +33,8 @@ def keras_hub_gemma_kwargs(arch: dict) -> dict:
 
 
 def keras_hub_mistral_kwargs(arch: dict) -> dict:
-    """keras_hub.models.MistralBackbone(**kwargs); intermediate_dim is per branch as in HF, so it maps 1:1."""
+    """keras_hub.models.MistralBackbone(**kwargs), and keras_nlp 0.12.1's (same signature); intermediate_dim is per
+    branch as in HF, so it maps 1:1."""
     keys = ("vocabulary_size", "num_layers", "num_query_heads", "num_key_value_heads", "hidden_dim",
             "intermediate_dim", "rope_max_wavelength", "layer_norm_epsilon", "sliding_window")
     return {k: arch[k] for k in keys}
@@ -86,7 +90,7 @@ def sd_latent_size(arch: dict) -> int:
 
 
 def keras_cv_sd_kwargs(arch: dict) -> dict:
-    """Kwargs of kbench.adapters.keras3_sd.unet / .vae_encoder, the width-parametrised versions of keras-cv 0.9.0's
+    """Kwargs of kbench.adapters._keras_sd.unet / .vae_encoder, the width-parametrised versions of keras-cv 0.9.0's
     DiffusionModel and ImageEncoder (which hard-code the v1.4 widths)."""
     return {
         "unet": {
@@ -104,5 +108,113 @@ def keras_cv_sd_kwargs(arch: dict) -> dict:
             "block_channels": list(arch["vae_block_channels"]),
             "layers_per_block": arch["vae_layers_per_block"],
             "latent_channels": arch["latent_channels"],
+        },
+    }
+
+
+def keras_cv_sam_kwargs(arch: dict) -> dict:
+    """Kwargs of keras-cv 0.9.0's SAM parts (the Keras 2 path): ViTDetBackbone, SAMPromptEncoder, SAMMaskDecoder and
+    its TwoWayTransformer. Same model as keras-hub's, older argument names."""
+    hub = keras_hub_sam_kwargs(arch)
+    enc, prompt, dec = hub["image_encoder"], hub["prompt_encoder"], hub["mask_decoder"]
+    return {
+        "image_encoder": {
+            "include_rescaling": False, "input_shape": enc["image_shape"], "patch_size": enc["patch_size"],
+            "embed_dim": enc["hidden_size"], "depth": enc["num_layers"], "mlp_dim": enc["intermediate_dim"],
+            "num_heads": enc["num_heads"], "out_chans": enc["num_output_channels"], "use_bias": True,
+            "use_abs_pos": True, "use_rel_pos": True, "window_size": enc["window_size"],
+            "global_attention_indices": enc["global_attention_layer_indices"], "layer_norm_epsilon": 1e-6,
+        },
+        "prompt_encoder": {
+            "embed_dim": prompt["hidden_size"], "image_embedding_size": prompt["image_embedding_size"],
+            "input_image_size": prompt["input_image_size"], "mask_in_chans": prompt["mask_in_channels"],
+        },
+        "transformer": {"depth": dec["num_layers"], "embed_dim": dec["embedding_dim"], "num_heads": dec["num_heads"],
+                        "mlp_dim": dec["intermediate_dim"]},
+        "mask_decoder": {"transformer_dim": dec["hidden_size"], "num_multimask_outputs": dec["num_multimask_outputs"],
+                         "iou_head_depth": dec["iou_head_depth"], "iou_head_hidden_dim": dec["iou_head_hidden_dim"]},
+    }
+
+
+# ---------------------------------------------------------------- HF transformers + peft (native PyTorch)
+
+# LoRA targets the attention query and value projections in every library (keras-hub's Backbone.enable_lora and
+# peft's default for Gemma/Mistral); the factorisation differs: keras-hub adapts EinsumDense kernels per head.
+PEFT_LORA_TARGETS = ["q_proj", "v_proj"]
+
+
+def hf_bert_config(arch: dict) -> dict:
+    """transformers.BertConfig(**kwargs) for BertForSequenceClassification."""
+    return {"vocab_size": arch["vocabulary_size"], "num_hidden_layers": arch["num_layers"],
+            "num_attention_heads": arch["num_heads"], "hidden_size": arch["hidden_dim"],
+            "intermediate_size": arch["intermediate_dim"], "max_position_embeddings": arch["max_sequence_length"],
+            "type_vocab_size": arch["num_segments"], "num_labels": arch["num_classes"]}
+
+
+def _hf_decoder_config(arch: dict) -> dict:
+    return {"vocab_size": arch["vocabulary_size"], "num_hidden_layers": arch["num_layers"],
+            "num_attention_heads": arch["num_query_heads"], "num_key_value_heads": arch["num_key_value_heads"],
+            "hidden_size": arch["hidden_dim"], "intermediate_size": arch["intermediate_dim"],
+            "rms_norm_eps": arch["layer_norm_epsilon"]}
+
+
+def hf_gemma_config(arch: dict) -> dict:
+    """transformers.GemmaConfig(**kwargs); embeddings tied as in keras-hub and gemma-7b."""
+    return {**_hf_decoder_config(arch), "head_dim": arch["head_dim"]}
+
+
+def hf_mistral_config(arch: dict) -> dict:
+    """transformers.MistralConfig(**kwargs); untied embeddings as in keras-hub and Mistral-7B-v0.1."""
+    return {**_hf_decoder_config(arch), "rope_theta": float(arch["rope_max_wavelength"]),
+            "sliding_window": arch["sliding_window"]}
+
+
+# ---------------------------------------------------------------- Meta segment-anything (native PyTorch)
+
+def segment_anything_kwargs(arch: dict) -> dict:
+    """Kwargs of segment_anything.modeling's ImageEncoderViT, PromptEncoder, MaskDecoder and TwoWayTransformer, as
+    segment_anything.build_sam._build_sam wires them (layer-norm eps 1e-6 is set by the adapter: it is a class)."""
+    size, grid, dim = arch["image_size"], sam_embedding_size(arch), arch["embedding_dim"]
+    return {
+        "image_encoder": {
+            "img_size": size, "patch_size": arch["patch_size"], "embed_dim": arch["encoder_hidden_dim"],
+            "depth": arch["encoder_num_layers"], "num_heads": arch["encoder_num_heads"],
+            "mlp_ratio": arch["encoder_intermediate_dim"] / arch["encoder_hidden_dim"], "out_chans": dim,
+            "qkv_bias": True, "use_rel_pos": True, "window_size": arch["window_size"],
+            "global_attn_indexes": tuple(arch["global_attention_layer_indices"]),
+        },
+        "prompt_encoder": {"embed_dim": dim, "image_embedding_size": (grid, grid), "input_image_size": (size, size),
+                           "mask_in_chans": arch["mask_in_channels"]},
+        "transformer": {"depth": arch["decoder_num_layers"], "embedding_dim": dim,
+                        "num_heads": arch["decoder_num_heads"], "mlp_dim": arch["decoder_intermediate_dim"]},
+        "mask_decoder": {"transformer_dim": dim, "num_multimask_outputs": arch["num_multimask_outputs"],
+                         "iou_head_depth": arch["iou_head_depth"], "iou_head_hidden_dim": arch["iou_head_hidden_dim"]},
+    }
+
+
+# ---------------------------------------------------------------- diffusers (native PyTorch)
+
+def diffusers_sd_kwargs(arch: dict) -> dict:
+    """Kwargs of diffusers' UNet2DConditionModel and the VAE's Encoder (diffusers.models.autoencoders.vae.Encoder,
+    what AutoencoderKL.encoder is), as in the SD v1.4 configs."""
+    unet_ch, vae_ch = list(arch["unet_block_channels"]), list(arch["vae_block_channels"])
+    if arch["timestep_embedding_dim"] != unet_ch[0]:
+        raise ValueError("diffusers ties the timestep embedding width to unet_block_channels[0]: "
+                         f"timestep_embedding_dim={arch['timestep_embedding_dim']} != {unet_ch[0]}")
+    n = len(unet_ch)
+    return {
+        "unet": {
+            "sample_size": sd_latent_size(arch), "in_channels": arch["latent_channels"],
+            "out_channels": arch["latent_channels"], "block_out_channels": unet_ch,
+            "down_block_types": ["CrossAttnDownBlock2D"] * (n - 1) + ["DownBlock2D"],
+            "up_block_types": ["UpBlock2D"] + ["CrossAttnUpBlock2D"] * (n - 1),
+            "layers_per_block": arch["unet_layers_per_block"], "cross_attention_dim": arch["context_dim"],
+            # SD 1.x configs name the number of heads "attention_head_dim" (a diffusers naming quirk it keeps).
+            "attention_head_dim": arch["unet_attention_heads"],
+        },
+        "vae_encoder": {
+            "in_channels": 3, "out_channels": arch["latent_channels"], "block_out_channels": vae_ch,
+            "down_block_types": ["DownEncoderBlock2D"] * len(vae_ch), "layers_per_block": arch["vae_layers_per_block"],
+            "double_z": True,   # 2 * latent_channels moments: the anchor's fit target
         },
     }

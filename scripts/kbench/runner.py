@@ -17,6 +17,27 @@ import traceback
 from kbench import cell, lockcheck, timing
 
 
+class LoRANotApplied(Exception):
+    """A LoRA fit whose model has no trainable parameters (or only trainable ones): it would time a step that
+    trains nothing (Keras 2's enable_lora does this silently) or a full fine-tune."""
+
+
+class NothingToTrain(Exception):
+    """A fit whose model has no trainable parameters."""
+
+
+def check_workload(spec: dict, workload) -> None:
+    """Refuse to time a fit that does not train what the task says, before any step runs."""
+    if spec["task"] != "fit":
+        return
+    total, trainable = workload.params_total, workload.params_trainable
+    if "lora_rank" in spec["task_options"] and not 0 < trainable < total:
+        raise LoRANotApplied(f"LoRA rank {spec['task_options']['lora_rank']} left {trainable:,} of {total:,} "
+                             "parameters trainable; a LoRA fit trains only its adapter factors")
+    if trainable == 0:
+        raise NothingToTrain(f"none of {total:,} parameters is trainable")
+
+
 def run(spec: dict, context: dict) -> dict:
     # Backend selection (KERAS_BACKEND, ...) must be in place before the framework is first imported.
     os.environ.update(spec["framework_def"].get("env", {}))
@@ -24,13 +45,14 @@ def run(spec: dict, context: dict) -> dict:
 
     provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
                   "platform": platform.platform(), "hostname": socket.gethostname()}
-    backend = None
+    backend = workload = None
     try:
         if os.environ.get("KBENCH_LOCK"):       # set by the launcher: the lock this environment was built from
             lockcheck.verify(os.environ["KBENCH_LOCK"])
         adapter = adapters.load(spec["framework_def"]["adapter"])
         backend = adapter.backend()
         workload = adapter.build(spec)
+        check_workload(spec, workload)
         steps = timing.measure(workload.step, backend.sync, spec["steps"]["warmup"], spec["steps"]["timed"])
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
@@ -40,6 +62,7 @@ def run(spec: dict, context: dict) -> dict:
     else:
         result = cell.new_result(spec, provenance, "ok")
         result["timing"] = timed_result(steps, workload)
+    if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result["params"] = {"total": workload.params_total, "trainable": workload.params_trainable}
     result["memory"] = {"peak_host_rss_bytes": peak_rss_bytes(),
                         "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}

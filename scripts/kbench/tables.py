@@ -3,6 +3,9 @@
 ms_per_step : rows model/task/batch, one column per framework, mean ms/step (the anchor's statistic), or
               "failed: <error type>" / "n/a: <reason>"
 speedup     : how much faster the best Keras 3 backend is than each column, in %, as the anchor: other/best - 1
+params      : parameter counts per framework (total, and trainable where it differs), and a parity flag where two
+              frameworks' counts for the same row differ by more than PARITY_TOLERANCE: those times compare
+              different models (ms_per_step carries the flag too)
 cells_long  : every statistic and provenance field of every cell, one row per cell
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pandas as pd
 from kbench import cell
 
 ROW_KEYS = ["model", "task", "batch_size"]
+PARITY_TOLERANCE = 0.01
 
 
 def long_table(results: list[dict]) -> pd.DataFrame:
@@ -55,12 +59,46 @@ def cell_text(row: pd.Series) -> str:
 def ms_per_step_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     wide = long.assign(value=long.apply(cell_text, axis=1)).pivot(index=ROW_KEYS, columns="framework", values="value")
     rows = pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates())
-    return wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
+    table = wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
+    table["params_parity"] = parity_flags(long).reindex(rows).fillna("")
+    return table
+
+
+def parity_flags(long: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> pd.Series:
+    """Per row: "" when every framework's parameter counts agree within tolerance, else what differs and by how
+    much ("total +1.5%, trainable +112%"), relative max/min - 1 over the frameworks that recorded counts."""
+    counted = long.dropna(subset=["params_total"])
+
+    def flag(group: pd.DataFrame) -> str:
+        found = []
+        for column, name in (("params_total", "total"), ("params_trainable", "trainable")):
+            low, high = group[column].min(), group[column].max()
+            spread = high / low - 1 if low > 0 else (0.0 if high == 0 else float("inf"))
+            if spread > tolerance:
+                found.append(f"{name} +{spread:.1%}")
+        return ", ".join(found)
+    if counted.empty:
+        return pd.Series(dtype=str)
+    return counted.groupby(ROW_KEYS, sort=False).apply(flag, include_groups=False)
+
+
+def params_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
+    """Parameter counts as "total" or "total (trainable)" per framework, and the parity flag."""
+    def text(row) -> str:
+        if pd.isna(row.params_total):
+            return ""
+        total, trainable = int(row.params_total), int(row.params_trainable)
+        return f"{total:,}" if trainable == total else f"{total:,} ({trainable:,} trainable)"
+    wide = long.assign(value=long.apply(text, axis=1)).pivot(index=ROW_KEYS, columns="framework", values="value")
+    rows = pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates())
+    table = wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
+    table["params_parity"] = parity_flags(long).reindex(rows).fillna("")
+    return table
 
 
 def speedup_table(long: pd.DataFrame, frameworks: list[str], keras3: list[str]) -> pd.DataFrame:
     ok = long[long.status == "ok"].pivot(index=ROW_KEYS, columns="framework", values="mean_ms")
-    rows = ok.reindex(index=ms_per_step_table(long, frameworks).index)
+    rows = ok.reindex(index=pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates()))
     candidates = rows.reindex(columns=[f for f in keras3 if f in rows.columns])
     table = pd.DataFrame(index=rows.index)
     table["keras3_best"] = candidates.idxmin(axis=1, skipna=True) if not candidates.empty else None
@@ -83,6 +121,11 @@ def build(result_paths: list[str], frameworks: list[str], keras3: list[str], out
     long.to_csv(out_dir / "cells_long.csv", index=False)
     write(ms_per_step_table(long, frameworks), out_dir, "ms_per_step")
     write(speedup_table(long, frameworks, keras3), out_dir, "speedup")
+    write(params_table(long, frameworks), out_dir, "params")
+
+
+def comma_list(text: str) -> list[str]:
+    return [name for name in text.split(",") if name]     # "" (no Keras 3 column selected) -> []
 
 
 def main(argv=None) -> int:
@@ -92,7 +135,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("results", nargs="+")
     args = parser.parse_args(argv)
-    build(args.results, args.frameworks.split(","), args.keras3.split(","), args.out)
+    build(args.results, comma_list(args.frameworks), comma_list(args.keras3), args.out)
     return 0
 
 

@@ -6,12 +6,11 @@ A step is exactly one Keras call: train_on_batch, one compiled forward call, or 
 """
 from __future__ import annotations
 
-import importlib.metadata
-
 import numpy as np
 
 from kbench import models
-from kbench.adapters import Backend, NotSupported, Workload
+from kbench.adapters import Backend, NotSupported, Workload, _hooks
+from kbench.adapters import _keras_data as data
 
 _PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "torch")
 
@@ -21,53 +20,9 @@ _PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "t
 def backend() -> Backend:
     import keras
     name = keras.backend.backend()
-    hooks = {"jax": _jax_hooks, "tensorflow": _tf_hooks, "torch": _torch_hooks}[name]()
-    return Backend(name=name, package_versions=_package_versions, **hooks)
-
-
-def _package_versions() -> dict[str, str]:
-    versions = {}
-    for pkg in _PACKAGES:   # tensorflow shows up on every backend: keras-hub imports it (tensorflow-text)
-        try:
-            versions[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return versions
-
-
-def _jax_hooks():
-    import jax
-    dev = jax.devices()[0]
-
-    def peak():
-        stats = dev.memory_stats() if dev.platform != "cpu" else None
-        return stats.get("peak_bytes_in_use") if stats else None
-    return {"sync": jax.block_until_ready,   # non-array leaves (python floats from train_on_batch) pass through
-            "device_name": lambda: dev.device_kind if dev.platform != "cpu" else "cpu",
-            "peak_device_memory_bytes": peak}
-
-
-def _tf_hooks():
-    import tensorflow as tf
-    gpus = tf.config.list_physical_devices("GPU")
-
-    def sync(_):
-        # GPU kernels run asynchronously; on CPU eager execution is synchronous unless switched off.
-        if gpus or not tf.config.experimental.get_synchronous_execution():
-            tf.test.experimental.sync_devices()
-    return {"sync": sync,
-            "device_name": lambda: tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-            if gpus else "cpu",
-            "peak_device_memory_bytes": lambda: tf.config.experimental.get_memory_info("GPU:0")["peak"]
-            if gpus else None}
-
-
-def _torch_hooks():
-    import torch
-    cuda = torch.cuda.is_available()
-    return {"sync": lambda _: torch.cuda.synchronize() if cuda else None,
-            "device_name": lambda: torch.cuda.get_device_name(0) if cuda else "cpu",
-            "peak_device_memory_bytes": lambda: torch.cuda.max_memory_allocated() if cuda else None}
+    hooks = {"jax": _hooks.jax_hooks, "tensorflow": _hooks.tf_hooks, "torch": _hooks.torch_hooks}[name]()
+    # tensorflow shows up on every backend: keras-hub imports it (tensorflow-text)
+    return Backend(name=name, package_versions=lambda: _hooks.package_versions(_PACKAGES), **hooks)
 
 
 # ---------------------------------------------------------------- build
@@ -90,15 +45,11 @@ def build(spec: dict) -> Workload:
 
 def _bert(spec, rng):
     import keras_hub
-    arch, n, seq = spec["arch"], spec["batch_size"], spec["inputs"]["sequence_length"]
-    backbone = keras_hub.models.BertBackbone(**models.keras_hub_bert_kwargs(arch))
-    model = keras_hub.models.BertTextClassifier(backbone, num_classes=arch["num_classes"], preprocessor=None)
-    x = {"token_ids": rng.integers(0, arch["vocabulary_size"], (n, seq), dtype="int32"),
-         "segment_ids": np.zeros((n, seq), "int32"),
-         "padding_mask": np.ones((n, seq), "int32")}
+    backbone = keras_hub.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]))
+    model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None)
+    x, y = data.bert(spec, rng)
     if spec["task"] == "predict":
         return _predict(model, x, spec)
-    y = rng.integers(0, arch["num_classes"], (n,), dtype="int32")
     return _fit(model, x, y, spec, *_adamw_logits_ce())
 
 
@@ -106,76 +57,54 @@ def _causal_lm(spec, rng):
     import keras_hub
     cls, kwargs = {"gemma": (keras_hub.models.GemmaCausalLM, models.keras_hub_gemma_kwargs),
                    "mistral": (keras_hub.models.MistralCausalLM, models.keras_hub_mistral_kwargs)}[spec["model"]]
-    arch, opts, n = spec["arch"], spec["task_options"], spec["batch_size"]
-    backbone = cls.backbone_cls(**kwargs(arch))
+    backbone = cls.backbone_cls(**kwargs(spec["arch"]))
     model = cls(backbone, preprocessor=None)
     if spec["task"] == "generate":
-        # Prompt of prompt_length tokens, then new_tokens masked-off slots that greedy decoding fills; with
-        # stop_token_ids=None every call generates exactly new_tokens tokens.
-        p, total = opts["prompt_length"], opts["prompt_length"] + opts["new_tokens"]
-        ids = np.zeros((n, total), "int32")
-        ids[:, :p] = rng.integers(1, arch["vocabulary_size"], (n, p))
-        x = _to_device({"token_ids": ids, "padding_mask": np.arange(total)[None, :].repeat(n, 0) < p})
+        x = _to_device(data.causal_lm_prompt(spec, rng))
         model.compile(sampler="greedy", jit_compile=spec["framework_def"]["jit_compile"])
-        total_params, trainable = _count(model)
-        return Workload(step=lambda: model.generate(x, stop_token_ids=None), params_total=total_params,
-                        params_trainable=trainable, examples_per_step=n, tokens_per_step=n * opts["new_tokens"])
-    # fit: LoRA on the backbone (freezes everything else), next-token targets as CausalLMPreprocessor makes them.
-    backbone.enable_lora(rank=opts["lora_rank"])
-    seq = spec["inputs"]["sequence_length"]
-    ids = rng.integers(0, arch["vocabulary_size"], (n, seq + 1), dtype="int32")
-    x = {"token_ids": ids[:, :-1], "padding_mask": np.ones((n, seq), bool)}
-    return _fit(model, x, ids[:, 1:], spec, *_adamw_logits_ce(), sample_weight=np.ones((n, seq), "float32"))
+        total, trainable = _count(model)
+        new_tokens = spec["task_options"]["new_tokens"]
+        return Workload(step=lambda: model.generate(x, stop_token_ids=None), params_total=total,
+                        params_trainable=trainable, examples_per_step=spec["batch_size"],
+                        tokens_per_step=spec["batch_size"] * new_tokens)
+    backbone.enable_lora(rank=spec["task_options"]["lora_rank"])   # freezes everything but the LoRA factors
+    x, y, sample_weight = data.causal_lm_fit(spec, rng)
+    return _fit(model, x, y, spec, *_adamw_logits_ce(), sample_weight=sample_weight)
 
 
 def _sam(spec, rng):
     import keras
     import keras_hub
-    arch, n, size = spec["arch"], spec["batch_size"], spec["arch"]["image_size"]
-    kw = models.keras_hub_sam_kwargs(arch)
+    kw = models.keras_hub_sam_kwargs(spec["arch"])
     image_encoder = keras_hub.models.ViTDetBackbone(**kw["image_encoder"])
-    images = rng.random((n, size, size, 3), dtype="float32")
+    images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
-        grid = models.sam_embedding_size(arch)
-        y = rng.random((n, grid, grid, arch["embedding_dim"]), dtype="float32")
-        return _fit(image_encoder, images, y, spec, keras.optimizers.Adam(), keras.losses.MeanSquaredError())
+        return _fit(image_encoder, images, data.sam_embedding_target(spec, rng), spec, keras.optimizers.Adam(),
+                    keras.losses.MeanSquaredError())
     backbone = keras_hub.models.SAMBackbone(
         image_encoder=image_encoder,
         prompt_encoder=keras_hub.layers.SAMPromptEncoder(**kw["prompt_encoder"]),
         mask_decoder=keras_hub.layers.SAMMaskDecoder(**kw["mask_decoder"]))
     model = keras_hub.models.SAMImageSegmenter(backbone, preprocessor=None)
-    # num_points foreground points plus the (0, 0) / label -1 padding point keras-hub wants when no box is given;
-    # empty box and mask prompts are passed explicitly (SAMImageSegmenter.predict_step would add them, but it is
-    # bypassed by the compiled forward call).
-    k, mask_side = spec["task_options"]["num_points"], 4 * models.sam_embedding_size(arch)
-    points = np.concatenate([rng.uniform(0, size, (n, k, 2)), np.zeros((n, 1, 2))], axis=1).astype("float32")
-    labels = np.concatenate([np.ones((n, k)), -np.ones((n, 1))], axis=1).astype("float32")
-    x = {"images": images, "points": points, "labels": labels,
-         "boxes": np.zeros((n, 0, 2, 2), "float32"), "masks": np.zeros((n, 0, mask_side, mask_side, 1), "float32")}
-    return _predict(model, x, spec)
+    return _predict(model, data.sam_prompts(spec, rng, images), spec)
 
 
 def _stable_diffusion(spec, rng):
     import keras
-    from kbench.adapters import keras3_sd
-    arch, n = spec["arch"], spec["batch_size"]
-    kw = models.keras_cv_sd_kwargs(arch)
+    from kbench.adapters import _keras_sd
+    kw = models.keras_cv_sd_kwargs(spec["arch"])
     if spec["task"] == "fit":
         # As the anchor: the VAE image encoder up to layers[-3], the 3x3 conv giving 2*latent_channels moments.
-        encoder = keras3_sd.vae_encoder(**kw["vae_encoder"])
+        encoder = _keras_sd.vae_encoder(**kw["vae_encoder"])
         model = keras.Model(encoder.inputs, encoder.layers[-3].output)
-        size, lat = arch["image_size"], models.sd_latent_size(arch)
-        images = rng.random((n, size, size, 3), dtype="float32")
-        y = rng.random((n, lat, lat, 2 * arch["latent_channels"]), dtype="float32")
+        images, y = data.sd_fit(spec, rng)
         return _fit(model, images, y, spec, keras.optimizers.Adam(), keras.losses.MeanSquaredError())
     # predict: one guided denoising step; the text encoder is not part of the step (random contexts, made once).
     u = kw["unet"]
-    model = keras3_sd.guided_denoising_step(keras3_sd.unet(**u))
-    ctx_shape = (n, u["text_length"], u["context_dim"])
-    x = [rng.standard_normal((n, u["latent_size"], u["latent_size"], u["latent_channels"]), dtype="float32"),
-         keras.ops.convert_to_numpy(keras3_sd.timestep_embedding(999, u["timestep_embedding_dim"], n)),
-         rng.standard_normal(ctx_shape, dtype="float32"), rng.standard_normal(ctx_shape, dtype="float32")]
-    return _predict(model, x, spec)
+    model = _keras_sd.guided_denoising_step(_keras_sd.unet(**u))
+    t_emb = keras.ops.convert_to_numpy(_keras_sd.timestep_embedding(999, u["timestep_embedding_dim"],
+                                                                     spec["batch_size"]))
+    return _predict(model, data.sd_predict(spec, rng, t_emb), spec)
 
 
 _BUILDERS = {"bert": _bert, "gemma": _causal_lm, "mistral": _causal_lm, "sam": _sam,

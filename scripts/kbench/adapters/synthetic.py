@@ -1,6 +1,7 @@
 """A framework-free workload (a NumPy matmul) for checking the harness itself: launch, timing, failure paths.
 
-spec["arch"]: {"matrix_size": N}; spec["task_options"].get("fault"): None | "raise" | "exit" | "abort" | "hang".
+spec["arch"]: {"matrix_size": N}; spec["task_options"].get("fault"): None | "raise" | "exit" | "abort" | "hang";
+spec["task_options"].get("trainable"): how many of the 2*N*N parameters to report trainable (default all).
 """
 from __future__ import annotations
 
@@ -33,5 +34,6 @@ def build(spec: dict) -> Workload:
     n = spec["arch"]["matrix_size"]
     rng = np.random.default_rng(spec["seed"])
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    return Workload(step=lambda: a @ b, params_total=2 * n * n, params_trainable=0,
+    trainable = spec["task_options"].get("trainable", 2 * n * n)
+    return Workload(step=lambda: a @ b, params_total=2 * n * n, params_trainable=trainable,
                     examples_per_step=spec["batch_size"])

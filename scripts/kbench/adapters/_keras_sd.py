@@ -1,5 +1,5 @@
-"""StableDiffusion v1.4 parts for the Keras 3 adapter, built from keras-cv 0.9.0's own blocks with the widths as
-arguments.
+"""StableDiffusion v1.4 parts for the Keras 3 and Keras 2 adapters, built from keras-cv 0.9.0's own blocks with the
+widths as arguments. keras-cv's backend shim gives Keras 3, or tf.keras under TF_USE_LEGACY_KERAS=1.
 
 keras-cv's DiffusionModel and ImageEncoder hard-code the v1.4 widths (320/640/1280, 128/256/512); the tiny suite needs
 the same topology shrunk, so the two builders below repeat keras-cv's wiring with the widths from
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-import keras
+from keras_cv.src.backend import keras
 from keras_cv.src.models.stable_diffusion.attention_block import AttentionBlock
 from keras_cv.src.models.stable_diffusion.constants import _ALPHAS_CUMPROD
 from keras_cv.src.models.stable_diffusion.diffusion_model import ResBlock, SpatialTransformer, Upsample
