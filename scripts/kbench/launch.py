@@ -23,11 +23,13 @@ SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
 OUT_IN_IMAGE = "/kbench/out"
 
 
-def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name: str = "kbench-cell") -> list[str]:
-    """argv that runs kbench.runner for one cell inside `environment` (a record of kbench.envs or kbench.images)."""
+def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name: str = "kbench-cell",
+            module: str = "kbench.runner") -> list[str]:
+    """argv that runs `python -m module --out OUT` (kbench.runner for a cell) inside `environment` (a record of
+    kbench.envs or kbench.images), the payload on its stdin."""
     if runtime == "host":
-        return [str(Path(environment["prefix"]) / "bin" / "python"), "-m", "kbench.runner", "--out", str(out)]
-    inner = ["python", "-m", "kbench.runner", "--out", f"{OUT_IN_IMAGE}/{out.name}"]
+        return [str(Path(environment["prefix"]) / "bin" / "python"), "-m", module, "--out", str(out)]
+    inner = ["python", "-m", module, "--out", f"{OUT_IN_IMAGE}/{out.name}"]
     mounts = [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw")]
     if runtime in ("podman", "docker"):
         argv = [runtime, "run", "--rm", "-i", "--name", name, "--network", "none"]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from keras_cv.src.backend import keras
 from keras_cv.src.models.stable_diffusion.attention_block import AttentionBlock
 from keras_cv.src.models.stable_diffusion.constants import _ALPHAS_CUMPROD
 from keras_cv.src.models.stable_diffusion.diffusion_model import ResBlock, SpatialTransformer, Upsample
 from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
-from keras_cv.src.models.stable_diffusion.stable_diffusion import StableDiffusionBase
 
 
 def unet(latent_size, latent_channels, block_channels, layers_per_block, num_heads, context_dim, text_length,
@@ -86,9 +86,14 @@ def vae_encoder(image_size, block_channels, layers_per_block, latent_channels):
     return keras.Sequential(layers, name="vae_encoder")
 
 
-def timestep_embedding(timestep, dim, batch_size):
-    """keras-cv's own sinusoidal embedding (a method that never reads self), at width `dim`."""
-    return StableDiffusionBase._get_timestep_embedding(None, timestep, batch_size, dim=dim)
+def timestep_embedding(timestep, dim, batch_size, max_period=10000):
+    """keras-cv StableDiffusionBase._get_timestep_embedding at width `dim`, in NumPy: it is an input, computed once
+    (and so it also builds where Keras tensors hold no values, as on kbench.census's meta device)."""
+    half = dim // 2
+    freqs = np.exp(-math.log(max_period) * np.arange(0, half, dtype="float32") / half)
+    args = np.float32(timestep) * freqs
+    embedding = np.concatenate([np.cos(args), np.sin(args)])[None, :]
+    return np.repeat(embedding, batch_size, axis=0).astype("float32")
 
 
 def guided_denoising_step(unet_model, guidance_scale=7.5, num_steps=50):

@@ -89,7 +89,7 @@ def _stable_diffusion(spec, rng):
         return _fit(model, images, y, spec, tf.keras.optimizers.Adam(), tf.keras.losses.MeanSquaredError())
     u = kw["unet"]
     model = _keras_sd.guided_denoising_step(_keras_sd.unet(**u))
-    t_emb = np.asarray(_keras_sd.timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"]))
+    t_emb = _keras_sd.timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
     return _predict(model, data.sd_predict(spec, rng, t_emb), spec)
 
 

@@ -102,8 +102,7 @@ def _stable_diffusion(spec, rng):
     # predict: one guided denoising step; the text encoder is not part of the step (random contexts, made once).
     u = kw["unet"]
     model = _keras_sd.guided_denoising_step(_keras_sd.unet(**u))
-    t_emb = keras.ops.convert_to_numpy(_keras_sd.timestep_embedding(999, u["timestep_embedding_dim"],
-                                                                     spec["batch_size"]))
+    t_emb = _keras_sd.timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
     return _predict(model, data.sd_predict(spec, rng, t_emb), spec)
 
 

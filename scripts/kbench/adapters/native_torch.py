@@ -30,7 +30,8 @@ def build(spec: dict) -> Workload:
         raise NotSupported(f"native_torch adapter has no {spec['model']} {spec['task']}")
     torch.manual_seed(spec["seed"])               # weight init
     rng = np.random.default_rng(spec["seed"])     # data: the same numbers as the Keras cells
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # The GPU where there is one, else the default device: the CPU, or the meta device for kbench.census.
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.get_default_device()
     return builder(spec, rng, device)
 
 
