@@ -6,10 +6,11 @@ rule base_image:
         RESULTS + "/logs/images/base.log",
     params:
         source=config["containers"]["base"],
+        packages=",".join(config["containers"]["base_packages"]),
         epoch=config["containers"]["source_date_epoch"],
     shell:
-        "{PYTHON} -m kbench.images base --source {params.source} --epoch {params.epoch} --record {output.record} "
-        "> {log} 2>&1"
+        "{PYTHON} -m kbench.images base --source {params.source} --packages {params.packages} --epoch {params.epoch} "
+        "--record {output.record} > {log} 2>&1"
 
 
 rule stack_image:

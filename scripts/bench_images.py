@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
@@ -47,7 +49,8 @@ def main() -> int:
     base_image = f"localhost/kbench/base:{images.DEBIAN_SUITE}"
     for attempt in range(2 if args.base else 0):
         remove(base_image)
-        base = images.build_base("debian", args.epoch, work / "base.json")
+        packages = yaml.safe_load((launch.REPO / "config.yaml").read_text())["containers"]["base_packages"]
+        base = images.build_base("debian", args.epoch, work / "base.json", packages)
         base_ids.append(base["id"])
         print(f"base build {attempt + 1}: {base['build_seconds']} s, {base['size_bytes'] / 1e6:.0f} MB, {base['id']}")
     if not args.base:                           # reuse the base the pipeline built

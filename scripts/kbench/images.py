@@ -1,7 +1,7 @@
 """Container images, built with podman: a Debian base made here (no registry needed) or pinned by digest, and one image
 per stack and accelerator from containers/Containerfile and the stack's lock.
 
-    python -m kbench.images base  --source debian|REF@sha256:... --epoch N --record R
+    python -m kbench.images base  --source debian|REF@sha256:... --packages P,Q --epoch N --record R
     python -m kbench.images stack --stack S --accelerator A --base-record B --epoch N --uv-cache DIR --record R
     python -m kbench.images export --record R --format oci-archive|docker-archive --out FILE
     python -m kbench.images docker-load --image-record R --archive FILE --record OUT      (on a Docker host)
@@ -26,7 +26,6 @@ from kbench import cell, envs, launch
 REPO = launch.REPO
 RECIPE = REPO / "containers" / "Containerfile"
 DEBIAN_SUITE = "bookworm"
-BASE_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
@@ -41,14 +40,16 @@ def inspect(image: str) -> dict:
     return {"id": "sha256:" + info["Id"].removeprefix("sha256:"), "digest": info.get("Digest"), "size_bytes": info["Size"]}
 
 
-def build_base(source: str, epoch: int, record: Path) -> dict:
+def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> dict:
+    """packages (config.yaml containers.base_packages): the Debian packages of a base built here (source "debian");
+    unused for an image pinned by digest."""
     started = time.monotonic()
     if source == "debian":
         # mmdebstrap uses the host's apt sources, so no mirror is named here; SOURCE_DATE_EPOCH fixes file times.
         image = f"localhost/kbench/base:{DEBIAN_SUITE}"
         with tempfile.TemporaryDirectory() as tmp:
             rootfs = Path(tmp) / "rootfs.tar"
-            subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", f"--include={BASE_PACKAGES}", DEBIAN_SUITE,
+            subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(packages)}", DEBIAN_SUITE,
                             str(rootfs)], check=True, env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
             os.utime(rootfs, (epoch, epoch))
             podman("import", "--quiet", str(rootfs), image, capture=True)
@@ -58,6 +59,7 @@ def build_base(source: str, epoch: int, record: Path) -> dict:
         image = source
         podman("pull", "--quiet", source, capture=True)
     info = {"kind": "base", "image": image, "source": source, "epoch": epoch, **inspect(image),
+            "packages": packages if source == "debian" else None,
             "build_seconds": round(time.monotonic() - started, 1)}
     cell.write_atomic(record, info)
     return info
@@ -136,6 +138,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     base = sub.add_parser("base")
     base.add_argument("--source", required=True)
+    base.add_argument("--packages", required=True, help="comma-separated Debian packages")
     stack = sub.add_parser("stack")
     stack.add_argument("--stack", required=True)
     stack.add_argument("--accelerator", required=True)
@@ -161,7 +164,7 @@ def main(argv=None) -> int:
     elif args.command == "sif":
         build_sif(args.image_record, args.archive, args.sif, args.record)
     elif args.command == "base":
-        build_base(args.source, args.epoch, args.record)
+        build_base(args.source, args.epoch, args.record, args.packages.split(","))
     elif args.command == "stack":
         build_stack(args.stack, args.accelerator, args.base_record, args.epoch, args.uv_cache, args.record)
     else:
