@@ -191,7 +191,7 @@ def _fit(module, inputs, spec, optimizer_cls, loss) -> Workload:
     optimizer = optimizer_cls([p for p in module.parameters() if p.requires_grad])
 
     def step():
-        out = forward(**inputs) if isinstance(inputs, dict) else forward(*inputs)
+        out = _call(forward, inputs)
         value = loss(out)
         value.backward()
         optimizer.step()
@@ -207,9 +207,14 @@ def _predict(module, inputs, spec) -> Workload:
 
     def step():
         with torch.no_grad():
-            return forward(**inputs) if isinstance(inputs, dict) else forward(*inputs)
+            return _call(forward, inputs)
     total, trainable = _count(module)
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
+
+
+def _call(forward, inputs):
+    """inputs: a dict of keyword tensors or a tuple of positional ones."""
+    return forward(**inputs) if isinstance(inputs, dict) else forward(*inputs)
 
 
 def _adamw(params):
