@@ -1,4 +1,5 @@
 import glob
+import json
 import os
 import shutil
 import sys
@@ -25,7 +26,8 @@ ENVIRONMENT_RECORDS = {
     "apptainer": "images/{stack}.{accelerator}.sif.json",
 }
 
-TABLES = ["ms_per_step.csv", "ms_per_step.md", "speedup.csv", "speedup.md", "params.csv", "params.md", "cells_long.csv"]
+TABLES = ["ms_per_step.csv", "ms_per_step.md", "speedup.csv", "speedup.md", "params.csv", "params.md",
+          "precision.csv", "precision.md", "precision_speedup.csv", "precision_speedup.md", "cells_long.csv"]
 
 
 wildcard_constraints:
@@ -33,6 +35,7 @@ wildcard_constraints:
     model="|".join(config["model_defs"]),
     task="fit|predict|generate",
     batch=r"\d+",
+    precision="float32|bfloat16|mixed_float16|mixed_bfloat16",
     framework="|".join(config["framework_defs"]),
     stack="[a-z0-9-]+",
     accelerator="gpu|cpu",
@@ -43,7 +46,8 @@ def cell_json(cell):
 
 
 def cell_of(wildcards):
-    return matrix.Cell(wildcards.suite, wildcards.model, wildcards.task, int(wildcards.batch), wildcards.framework,
+    return matrix.Cell(wildcards.suite, wildcards.model, wildcards.task, int(wildcards.batch), wildcards.precision,
+                       wildcards.framework,
                        matrix.not_applicable_reason(config, wildcards.model, wildcards.task, wildcards.framework))
 
 
@@ -75,7 +79,7 @@ def harness_sources(wildcards):
 
 def cell_spec(wildcards):
     return matrix.spec(config, wildcards.suite, wildcards.model, wildcards.task, int(wildcards.batch),
-                       wildcards.framework)
+                       wildcards.precision, wildcards.framework)
 
 
 def table_files(suite):

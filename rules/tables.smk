@@ -1,5 +1,6 @@
 rule tables:
-    """Every cell of a suite -> the anchor-shaped ms/step table, the speedup table and the long table."""
+    """Every cell of a suite -> the anchor-shaped ms/step and speedup tables, parameter counts, the precision study's
+    tables and the long table."""
     input:
         cells=lambda wildcards: [cell_json(c) for c in matrix.cells(config, wildcards.suite)],
     output:
@@ -9,8 +10,10 @@ rule tables:
     params:
         frameworks=",".join(config["frameworks"]),
         keras3=",".join(matrix.keras3_frameworks(config)),
+        baseline=config["precision_study"]["baseline"],
+        claims=json.dumps(config["precision_study"]["claims"]),
         out_dir=lambda wildcards: f"{RESULTS}/tables/{wildcards.suite}",
     localrule: True
     shell:
         "{PYTHON} -m kbench.tables --frameworks={params.frameworks} --keras3={params.keras3} "
-        "--out {params.out_dir} {input.cells} > {log} 2>&1"
+        "--baseline={params.baseline} --claims={params.claims:q} --out {params.out_dir} {input.cells} > {log} 2>&1"

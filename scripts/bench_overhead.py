@@ -27,7 +27,8 @@ def host(args) -> int:
     from kbench import launch, matrix
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, args.framework)
+    precision = config["model_defs"][args.model]["precisions"][0]
+    spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, args.framework)
     spec["steps"] = {"warmup": 1, "timed": args.steps}
     stack = matrix.stack_of(config, args.framework)
     python = REPO / ".envs" / f"{stack}.cpu" / "bin" / "python"
@@ -42,7 +43,7 @@ def in_env() -> int:
     payload = json.load(sys.stdin)
     spec, repeats = payload["spec"], payload["repeats"]
     import os
-    os.environ.update(spec["framework_def"]["env"])
+    os.environ.update(spec["env"])
     from kbench import adapters, timing
 
     adapter = adapters.load(spec["framework_def"]["adapter"])

@@ -28,8 +28,9 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     suite = next(name for name, suite in config["suites"].items() if suite["size"] == size)
     rows = [(c.model, c.task) for c in matrix.cells({**config, "frameworks": [framework]}, suite)
             if not c.not_applicable]
-    # Batch size 1: parameter counts do not depend on it, and the inputs stay small.
-    specs = [matrix.spec(config, suite, model, task, 1, framework) for model, task in dict.fromkeys(rows)]
+    # Batch size 1 and the model's first precision: parameter counts depend on neither, and the inputs stay small.
+    specs = [matrix.spec(config, suite, model, task, 1, config["model_defs"][model]["precisions"][0], framework)
+             for model, task in dict.fromkeys(rows)]
     if not specs:
         return []
     stack = matrix.stack_of(config, framework)
@@ -40,7 +41,7 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     subprocess.run(argv, input=json.dumps(specs), text=True, check=True, env=launch.process_env(runtime, environment),
                    cwd=launch.REPO, stdout=subprocess.DEVNULL)
     by_id = {spec["cell_id"]: spec for spec in specs}
-    return [{**{k: by_id[c["cell_id"]][k] for k in ("model", "task", "framework")}, "batch_size": 1,
+    return [{**{k: by_id[c["cell_id"]][k] for k in ("model", "task", "precision", "framework")}, "batch_size": 1,
              "params_total": c.get("total"), "params_trainable": c.get("trainable"), "error": c.get("error")}
             for c in cell.read(out)["counts"]]
 

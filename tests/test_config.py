@@ -24,7 +24,12 @@ def test_shipped_config_is_valid(config):
     (lambda c: c.update(suite="huge"), ["instance['suite']", "'paper'", "'tiny'"]),
     (lambda c: c.update(seed="zero"), ["instance['seed']", "'integer'"]),
     (lambda c: c["frameworks"].append("keras4"), ["instance['frameworks'][6]", "keras3-jax"]),
-    (lambda c: c["models"].append("llama"), ["instance['models'][5]", "stable_diffusion"]),
+    (lambda c: c["models"].append("llama"), ["instance['models'][6]", "stable_diffusion", "resnet50"]),
+    (lambda c: c["precisions"].append("float8"), ["instance['precisions'][4]", "mixed_float16", "mixed_bfloat16"]),
+    (lambda c: c["model_defs"]["resnet50"].update(precisions=["fp16"]),
+     ["['resnet50']['precisions'][0]", "'fp16' is not one of", "mixed_float16"]),
+    (lambda c: c["model_defs"]["resnet50"]["tasks"]["fit"].pop("learning_rate"),
+     ["['resnet50']['tasks']['fit']", "'learning_rate' is a required property"]),
     (lambda c: c["suites"]["paper"]["steps"].update(timed=0), ["['steps']['timed']", "minimum of 1"]),
     (lambda c: c["suites"]["tiny"]["steps"].update(warmup=-1), ["['steps']['warmup']", "minimum of 1"]),
     (lambda c: c["model_defs"]["bert"]["tasks"]["fit"].update(batch_sizes=[-4]),
@@ -56,6 +61,13 @@ def test_model_without_the_suite_size_is_named(config):
 def test_not_applicable_rule_with_unknown_model(config):
     config["not_applicable"] = [{"framework": "keras3-jax", "model": "llama", "task": "*", "reason": "x"}]
     with pytest.raises(matrix.ConfigError, match=r"not_applicable\[0\].model: 'llama'"):
+        check(config)
+
+
+def test_precision_claim_for_a_task_the_model_lacks(config):
+    config["precision_study"]["claims"].append({"model": "resnet50", "task": "predict", "speedup": 2, "quote": "x"})
+    with pytest.raises(matrix.ConfigError, match=r"precision_study.claims\[2\].task: 'predict' is not defined; "
+                                                  r"allowed: fit"):
         check(config)
 
 

@@ -10,8 +10,8 @@ from kbench import cell, launch
 
 def synthetic_spec(fault=None, task="fit", timed=5):
     return {"cell_id": f"test/synthetic/{task}/bs4/synthetic", "suite": "test", "size": "tiny", "model": "synthetic",
-            "task": task, "batch_size": 4, "framework": "synthetic", "dtype": "float32",
-            "framework_def": {"stack": "driver", "adapter": "synthetic", "env": {}, "jit_compile": False},
+            "task": task, "batch_size": 4, "framework": "synthetic", "precision": "float32",
+            "framework_def": {"stack": "driver", "adapter": "synthetic", "env": {}, "jit_compile": False}, "env": {},
             "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault},
             "steps": {"warmup": 1, "timed": timed}, "seed": 0}
 
@@ -49,6 +49,26 @@ def test_lora_fit_with_only_adapter_parameters_trainable_runs(tmp_path, driver_e
     assert run(tmp_path, driver_environment, spec)["status"] == "ok"
 
 
+def test_fit_records_its_loss_at_the_first_and_last_timed_step(tmp_path, driver_environment):
+    result = run(tmp_path, driver_environment, synthetic_spec())
+    assert result["status"] == "ok"
+    losses = result["loss"]
+    assert set(losses) == {"first_timed_step", "last_timed_step"} and 0 < losses["first_timed_step"] < 65504
+
+
+def test_fit_whose_float16_loss_overflows_is_failed_with_its_losses(tmp_path, driver_environment):
+    """Injected overflow: the synthetic fit's float16 loss goes past 65504 and becomes inf."""
+    result = run(tmp_path, driver_environment, synthetic_spec("overflow"))
+    assert result["status"] == "failed" and result["error"]["type"] == "NonFiniteLoss"
+    assert result["error"]["message"] == "non-finite loss: first timed step inf, last timed step inf"
+    assert result["timing"] is None and result["loss"]["last_timed_step"] == float("inf")
+
+
+def test_predict_records_no_loss(tmp_path, driver_environment):
+    result = run(tmp_path, driver_environment, synthetic_spec(task="predict"))
+    assert result["status"] == "ok" and result["loss"] is None
+
+
 def test_host_command_runs_the_runner_in_the_stack_python():
     argv = launch.command("host", {"prefix": "/envs/keras3-jax.cpu"}, Path("out.json"))
     assert argv == ["/envs/keras3-jax.cpu/bin/python", "-m", "kbench.runner", "--out", "out.json"]
@@ -60,8 +80,9 @@ def test_unknown_runtime_names_the_allowed_ones():
 
 
 IMAGE = {"id": "sha256:" + "ab" * 32, "sif": "/images/keras3-jax.gpu.sif"}
-OUT = Path("/work/results/cells/tiny/bert/fit/bs32/keras3-jax.json")
-MOUNTS = [f"{launch.REPO}/scripts:/opt/kbench/scripts:ro", "/work/results/cells/tiny/bert/fit/bs32:/kbench/out:rw"]
+OUT = Path("/work/results/cells/tiny/bert/fit/bs32/float32/keras3-jax.json")
+MOUNTS = [f"{launch.REPO}/scripts:/opt/kbench/scripts:ro",
+          "/work/results/cells/tiny/bert/fit/bs32/float32:/kbench/out:rw"]
 INNER = ["python", "-m", "kbench.runner", "--out", "/kbench/out/keras3-jax.json"]
 
 

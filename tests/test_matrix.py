@@ -1,21 +1,28 @@
 from kbench import matrix
 
 
-def test_paper_suite_has_every_anchor_row_for_every_framework(config):
+MIXED = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def test_paper_suite_has_every_anchor_row_and_the_precision_study_for_every_framework(config):
     cells = matrix.cells(config)
-    rows = {(c.model, c.task, c.batch_size) for c in cells}
-    assert rows == {("bert", "fit", 32), ("bert", "predict", 256),
-                    ("gemma", "fit", 8), ("gemma", "generate", 32), ("gemma", "generate", 1),
-                    ("mistral", "fit", 8), ("mistral", "generate", 32), ("mistral", "generate", 1),
-                    ("sam", "fit", 1), ("sam", "predict", 4),
-                    ("stable_diffusion", "fit", 8), ("stable_diffusion", "predict", 13)}
-    assert len(cells) == len(rows) * 6
+    rows = {(c.model, c.task, c.batch_size, c.precision) for c in cells}
+    assert rows == {*(("bert", "fit", 32, p) for p in MIXED), *(("bert", "predict", 256, p) for p in MIXED),
+                    ("gemma", "fit", 8, "bfloat16"), ("gemma", "generate", 32, "bfloat16"),
+                    ("gemma", "generate", 1, "bfloat16"),
+                    ("mistral", "fit", 8, "bfloat16"), ("mistral", "generate", 32, "bfloat16"),
+                    ("mistral", "generate", 1, "bfloat16"),
+                    ("sam", "fit", 1, "float32"), ("sam", "predict", 4, "float32"),
+                    ("stable_diffusion", "fit", 8, "float32"), ("stable_diffusion", "predict", 13, "float32"),
+                    *(("resnet50", "fit", 128, p) for p in MIXED)}
+    assert len(cells) == len(rows) * 6 == 114
     assert [c.framework for c in cells[:6]] == ["native-torch-eager", "native-torch-compiled", "keras2",
                                                 "keras3-tensorflow", "keras3-jax", "keras3-torch"]
 
 
 def test_not_applicable_cells_are_the_anchors_na_and_uncompiled_lora_fits(config):
     na = {(c.model, c.task, c.batch_size, c.framework) for c in matrix.cells(config) if c.not_applicable}
+    assert len([c for c in matrix.cells(config) if c.not_applicable]) == 8    # one precision per LLM row
     keras2_llm = {(m, t, b, "keras2") for m in ("gemma", "mistral") for t, b in (("fit", 8), ("generate", 32),
                                                                                 ("generate", 1))}
     assert na == keras2_llm | {("gemma", "fit", 8, "native-torch-compiled"), ("mistral", "fit", 8,
@@ -25,9 +32,15 @@ def test_not_applicable_cells_are_the_anchors_na_and_uncompiled_lora_fits(config
 
 
 def test_selection_narrows_rows_and_columns(config):
-    config.update(models=["bert"], frameworks=["keras3-jax"], suite="tiny")
-    assert [c.cell_id for c in matrix.cells(config)] == ["tiny/bert/fit/bs32/keras3-jax",
-                                                         "tiny/bert/predict/bs256/keras3-jax"]
+    config.update(models=["bert"], frameworks=["keras3-jax"], precisions=["mixed_bfloat16", "float32"], suite="tiny")
+    assert [c.cell_id for c in matrix.cells(config)] == [      # the model's own order of precisions
+        "tiny/bert/fit/bs32/float32/keras3-jax", "tiny/bert/fit/bs32/mixed_bfloat16/keras3-jax",
+        "tiny/bert/predict/bs256/float32/keras3-jax", "tiny/bert/predict/bs256/mixed_bfloat16/keras3-jax"]
+
+
+def test_a_model_without_a_selected_precision_has_no_cells(config):
+    config.update(precisions=["mixed_float16"])
+    assert {c.model for c in matrix.cells(config)} == {"bert", "resnet50"}
 
 
 def test_not_applicable_cells_are_listed_with_their_reason(config):
@@ -38,16 +51,23 @@ def test_not_applicable_cells_are_listed_with_their_reason(config):
 
 
 def test_spec_resolves_size_steps_and_task_options(config):
-    spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "keras3-torch")
+    spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
     assert spec["size"] == "tiny" and spec["steps"] == config["suites"]["tiny"]["steps"]
     assert spec["arch"] == config["model_defs"]["gemma"]["sizes"]["tiny"]["arch"]
     assert spec["task_options"] == {"prompt_length": 5, "new_tokens": 45}
-    assert spec["dtype"] == "bfloat16"
+    assert spec["precision"] == "bfloat16"
     assert spec["framework_def"]["env"] == {"KERAS_BACKEND": "torch"}
-    assert spec["cell_id"] == "tiny/gemma/generate/bs1/keras3-torch"
+    assert spec["env"] == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch"}
+    assert spec["cell_id"] == "tiny/gemma/generate/bs1/bfloat16/keras3-torch"
 
 
 def test_paper_llm_fit_uses_lora_rank_4_and_bf16(config):
     for model in ("gemma", "mistral"):
-        spec = matrix.spec(config, "paper", model, "fit", 8, "keras3-jax")
-        assert spec["task_options"]["lora_rank"] == 4 and spec["dtype"] == "bfloat16"
+        spec = matrix.spec(config, "paper", model, "fit", 8, "bfloat16", "keras3-jax")
+        assert spec["task_options"] == {"lora_rank": 4, "learning_rate": 1e-3} and spec["precision"] == "bfloat16"
+
+
+def test_a_size_may_give_its_own_batch_sizes(config):
+    config.update(models=["resnet50"], frameworks=["keras3-jax"])
+    assert {c.batch_size for c in matrix.cells(config, "paper")} == {128}
+    assert {c.batch_size for c in matrix.cells(config, "tiny")} == {16}

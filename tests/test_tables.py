@@ -6,8 +6,9 @@ from kbench import cell, matrix, tables
 FRAMEWORKS = ["keras3-jax", "keras3-tensorflow", "keras3-torch"]
 
 
-def result(config, model, task, batch, framework, mean_ms=None, status="ok", error=None):
-    spec = matrix.spec(config, "tiny", model, task, batch, framework)
+def result(config, model, task, batch, framework, mean_ms=None, status="ok", error=None, precision=None):
+    precision = precision or config["model_defs"][model]["precisions"][0]
+    spec = matrix.spec(config, "tiny", model, task, batch, precision, framework)
     out = cell.new_result(spec, {"runtime": "host", "device": "cpu", "packages": {"keras": "3.15.1"}}, status, error)
     if status == "ok":
         out["timing"] = {"n": 3, "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 0.0,
@@ -35,16 +36,16 @@ def results(config):
 def test_ms_per_step_has_anchor_shape_and_status_texts(results):
     table = tables.ms_per_step_table(tables.long_table(results), FRAMEWORKS)
     assert list(table.columns) == FRAMEWORKS + ["params_parity"]
-    assert table.loc[("bert", "fit", 32)].tolist() == ["10.00", "20.00", "40.00", ""]
-    assert table.loc[("sam", "predict", 4)].tolist() == ["failed: MemoryError", "8.00", "n/a: needs Keras 3", ""]
+    assert table.loc[("bert", "fit", 32, "float32")].tolist() == ["10.00", "20.00", "40.00", ""]
+    assert table.loc[("sam", "predict", 4, "float32")].tolist() == ["failed: MemoryError", "8.00", "n/a: needs Keras 3", ""]
 
 
 def test_speedup_is_other_over_best_keras3_minus_one(results):
     table = tables.speedup_table(tables.long_table(results), FRAMEWORKS, FRAMEWORKS)
-    bert = table.loc[("bert", "fit", 32)]
+    bert = table.loc[("bert", "fit", 32, "float32")]
     assert bert["keras3_best"] == "keras3-jax" and bert["keras3_best_ms"] == 10.0
     assert bert[["vs keras3-jax %", "vs keras3-tensorflow %", "vs keras3-torch %"]].tolist() == [0, 100, 300]
-    sam = table.loc[("sam", "predict", 4)]
+    sam = table.loc[("sam", "predict", 4, "float32")]
     assert sam["keras3_best"] == "keras3-tensorflow" and pd.isna(sam["vs keras3-jax %"])
 
 
@@ -77,18 +78,72 @@ def test_parity_flags_rows_whose_counts_differ_by_more_than_one_percent(config):
         counted(config, "native-torch-eager", 78_060, 78_060, "sam", "predict", 4),   # 0.04 %: same model
     ])
     flags = tables.parity_flags(long)
-    assert flags[("gemma", "fit", 8)] == "total +1.5%, trainable +112.5%"
-    assert flags[("sam", "predict", 4)] == ""
+    assert flags[("gemma", "fit", 8, "bfloat16")] == "total +1.5%, trainable +112.5%"
+    assert flags[("sam", "predict", 4, "float32")] == ""
     table = tables.params_table(long, ["native-torch-eager", "keras3-jax"])
-    assert table.loc[("gemma", "fit", 8)].tolist() == ["149,824 (2,048 trainable)", "152,128 (4,352 trainable)",
+    assert table.loc[("gemma", "fit", 8, "bfloat16")].tolist() == ["149,824 (2,048 trainable)", "152,128 (4,352 trainable)",
                                                        "total +1.5%, trainable +112.5%"]
-    assert table.loc[("sam", "predict", 4), "native-torch-eager"] == "78,060"
+    assert table.loc[("sam", "predict", 4, "float32"), "native-torch-eager"] == "78,060"
 
 
 def test_parity_counts_failed_cells_that_built_their_model(config):
     """A LoRA fit that trained nothing is failed, yet its counts still show it differs from the others."""
     long = tables.long_table([counted(config, "keras3-jax", 208_448, 3_328),
                               counted(config, "keras2", 205_120, 0, status="failed")])
-    assert tables.parity_flags(long)[("gemma", "fit", 8)] == "total +1.6%, trainable +inf%"
-    assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"]).loc[("gemma", "fit", 8)].tolist() == [
+    assert tables.parity_flags(long)[("gemma", "fit", 8, "bfloat16")] == "total +1.6%, trainable +inf%"
+    assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"]).loc[("gemma", "fit", 8, "bfloat16")].tolist() == [
         "failed: LoRANotApplied", "10.00", "total +1.6%, trainable +inf%"]
+
+
+# ---------------------------------------------------------------- the mixed-precision study
+
+STUDY = ["native-torch-eager", "keras3-jax"]
+
+
+@pytest.fixture
+def study(config):
+    """ResNet-50 fit on two frameworks at three precisions (native fp16 overflowed), and a fp32-only SAM row."""
+    def run(framework, precision, ms=None, **kw):
+        return result(config, "resnet50", "fit", 128, framework, ms, precision=precision, **kw)
+    return tables.long_table([
+        run("native-torch-eager", "float32", 300.0), run("native-torch-eager", "mixed_float16", status="failed",
+                                                         error=cell.error_info("NonFiniteLoss", "non-finite loss")),
+        run("native-torch-eager", "mixed_bfloat16", 150.0),
+        run("keras3-jax", "float32", 240.0), run("keras3-jax", "mixed_float16", 160.0),
+        run("keras3-jax", "mixed_bfloat16", 200.0),
+        result(config, "sam", "fit", 1, "keras3-jax", 50.0),
+    ])
+
+
+CLAIMS = [{"model": "resnet50", "task": "fit", "speedup": 1.5, "quote": "1.5x faster ResNet-50 training"}]
+
+
+def test_precision_table_has_frameworks_by_precision_for_study_rows_only(study):
+    table = tables.precision_table(study, STUDY, "float32")
+    assert list(table.columns) == ["float32", "mixed_float16", "mixed_bfloat16"]
+    assert table.index.tolist() == [("resnet50", "fit", 128, "native-torch-eager"), ("resnet50", "fit", 128, "keras3-jax")]
+    assert table.loc[("resnet50", "fit", 128, "native-torch-eager")].tolist() == ["300.00", "failed: NonFiniteLoss",
+                                                                                  "150.00"]
+
+
+def test_precision_speedup_is_baseline_over_precision_beside_the_claim(study):
+    table = tables.precision_speedup_table(study, STUDY, "float32", CLAIMS)
+    assert list(table.columns) == ["fp32 / fp16 x", "fp32 / bf16 x", "claimed x", "claim"]
+    jax = table.loc[("resnet50", "fit", 128, "keras3-jax")]
+    assert jax.tolist() == [1.5, 1.2, 1.5, "1.5x faster ResNet-50 training"]
+    native = table.loc[("resnet50", "fit", 128, "native-torch-eager")]
+    assert pd.isna(native["fp32 / fp16 x"]) and native["fp32 / bf16 x"] == 2.0     # a failed cell has no ratio
+
+
+def test_precision_markdown_has_one_section_per_model_task(tmp_path, study):
+    tables.write(tables.precision_speedup_table(study, STUDY, "float32", CLAIMS), tmp_path, "ps", by_section=True)
+    text = (tmp_path / "ps.md").read_text()
+    assert text.startswith("### resnet50 fit, batch 128\n") and text.count("###") == 1
+    assert "| keras3-jax " in text and "1.5x faster ResNet-50 training" in text
+
+
+def test_cells_long_carries_precision_and_losses(config):
+    out = result(config, "resnet50", "fit", 128, "keras3-jax", 10.0, precision="mixed_float16")
+    out["loss"] = {"first_timed_step": 6.9, "last_timed_step": 6.2}
+    row = tables.long_table([out]).iloc[0]
+    assert (row.precision, row.loss_first, row.loss_last) == ("mixed_float16", 6.9, 6.2)

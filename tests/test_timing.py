@@ -78,3 +78,9 @@ def test_statistics_match_numpy(values):
 def test_bad_step_counts_are_refused(warmup, timed):
     with pytest.raises(ValueError, match="warmup"):
         timing.measure(lambda: None, lambda _: None, warmup, timed)
+
+
+def test_first_and_last_timed_outputs_are_kept_not_the_warmup_ones():
+    outputs = iter(["warmup", "first", "middle", "last"])
+    times = timing.measure(lambda: next(outputs), lambda out: None, warmup=1, timed=3)
+    assert (times.first_output, times.last_output) == ("first", "last")

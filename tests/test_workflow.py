@@ -22,8 +22,8 @@ STACKS = ("native-torch", "keras2", "keras3-jax", "keras3-tensorflow", "keras3-t
 def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite_args, runtime, environment_jobs):
     proc = snakemake("-n", "--cores", "all", "--config", *suite_args, f"runtime={runtime}", f"results_dir={tmp_path}")
     assert proc.returncode == 0, proc.stdout
-    total = 72 + 2 + sum(environment_jobs.values())     # 12 rows x 6 columns, 8 of them n/a
-    assert job_counts(proc.stdout) == {**environment_jobs, "cell": 72, "tables": 1, "all": 1, "total": total}
+    total = 114 + 2 + sum(environment_jobs.values())    # 19 rows (precision study included) x 6 columns, 8 n/a
+    assert job_counts(proc.stdout) == {**environment_jobs, "cell": 114, "tables": 1, "all": 1, "total": total}
     accelerator = "cpu" if suite_args else "gpu"
     for stack in STACKS:
         assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
@@ -65,8 +65,8 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     lock = tmp_path / "envs" / "keras3-jax.cpu.lock"
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
     plan = snakemake("-n", *args, cwd=tmp_path).stdout
-    assert job_counts(plan) == {"stack_image": 1, "cell": 12, "tables": 1, "all": 1, "total": 15}
+    assert job_counts(plan) == {"stack_image": 1, "cell": 19, "tables": 1, "all": 1, "total": 22}
     rebuilt = re.findall(r"output: (\S+)", plan)
     assert "results/images/keras3-jax.cpu.json" in rebuilt
     cells = [path for path in rebuilt if path.startswith("results/cells/")]
-    assert len(cells) == 12 and all(path.endswith("/keras3-jax.json") for path in cells)
+    assert len(cells) == 19 and all(path.endswith("/keras3-jax.json") for path in cells)

@@ -1,7 +1,8 @@
 """The cell contract: what one cell's result JSON holds, and how it reaches disk.
 
 A result always has status ok | failed | unsupported. `failed` and `unsupported` carry an error (type, message) and no
-timing, so the tables can show "failed: <type>" or "n/a: <reason>" without stopping the other cells.
+timing, so the tables can show "failed: <type>" or "n/a: <reason>" without stopping the other cells. A fit cell records its
+loss at the first and last timed step ("loss"), a cell that built its model its parameter counts ("params").
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "failed", "unsupported")
 
 
@@ -41,6 +42,7 @@ def new_result(spec: dict, context: dict, status: str, error: dict | None = None
         "spec_digest": spec_digest(spec),
         "timing": None,
         "params": None,
+        "loss": None,
         "memory": None,
         "provenance": dict(context),
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -26,6 +27,11 @@ class NothingToTrain(Exception):
     """A fit whose model has no trainable parameters."""
 
 
+class NonFiniteLoss(Exception):
+    """A fit whose loss at the first or last timed step is inf or nan (an fp16 overflow, a diverged run): its time
+    is that of broken arithmetic, so the cell is failed and can never win a table."""
+
+
 def check_workload(spec: dict, workload) -> None:
     """Refuse to time a fit that does not train what the task says, before any step runs."""
     if spec["task"] != "fit":
@@ -38,14 +44,27 @@ def check_workload(spec: dict, workload) -> None:
         raise NothingToTrain(f"none of {total:,} parameters is trainable")
 
 
+def timed_losses(spec: dict, steps: timing.StepTimes) -> dict | None:
+    """A fit step returns its loss: read it at the first and last timed step (after the timed window)."""
+    if spec["task"] != "fit":
+        return None
+    return {"first_timed_step": float(steps.first_output), "last_timed_step": float(steps.last_output)}
+
+
+def check_losses(losses: dict | None) -> None:
+    if losses and not all(math.isfinite(value) for value in losses.values()):
+        raise NonFiniteLoss("non-finite loss: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in losses.items()))
+
+
 def run(spec: dict, context: dict) -> dict:
-    # Backend selection (KERAS_BACKEND, ...) must be in place before the framework is first imported.
-    os.environ.update(spec["framework_def"].get("env", {}))
+    # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
+    # framework is first imported.
+    os.environ.update(spec["env"])
     from kbench import adapters
 
     provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
                   "platform": platform.platform(), "hostname": socket.gethostname()}
-    backend = workload = None
+    backend = workload = losses = None
     try:
         if os.environ.get("KBENCH_LOCK"):       # set by the launcher: the lock this environment was built from
             lockcheck.verify(os.environ["KBENCH_LOCK"])
@@ -54,6 +73,8 @@ def run(spec: dict, context: dict) -> dict:
         workload = adapter.build(spec)
         check_workload(spec, workload)
         steps = timing.measure(workload.step, backend.sync, spec["steps"]["warmup"], spec["steps"]["timed"])
+        losses = timed_losses(spec, steps)
+        check_losses(losses)
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
@@ -64,6 +85,7 @@ def run(spec: dict, context: dict) -> dict:
         result["timing"] = timed_result(steps, workload)
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result["params"] = {"total": workload.params_total, "trainable": workload.params_trainable}
+    result["loss"] = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
     result["memory"] = {"peak_host_rss_bytes": peak_rss_bytes(),
                         "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}
     if backend:

@@ -1,16 +1,20 @@
 """Cell JSONs -> the final tables (CSV and Markdown) of one suite.
 
-ms_per_step : rows model/task/batch, one column per framework, mean ms/step (the anchor's statistic), or
+ms_per_step : rows model/task/batch/precision, one column per framework, mean ms/step (the anchor's statistic), or
               "failed: <error type>" / "n/a: <reason>"
 speedup     : how much faster the best Keras 3 backend is than each column, in %, as the anchor: other/best - 1
 params      : parameter counts per framework (total, and trainable where it differs), and a parity flag where two
               frameworks' counts for the same row differ by more than PARITY_TOLERANCE: those times compare
               different models (ms_per_step carries the flag too)
-cells_long  : every statistic and provenance field of every cell, one row per cell
+precision   : the mixed-precision study, per model/task: one row per framework, one column per precision (ms/step)
+precision_speedup : per model/task and framework, baseline ms / ms at each other precision (x, above 1 is faster),
+              beside the speedup usually claimed for that model/task
+cells_long  : every statistic and provenance field of every cell, one row per cell (losses of fit cells included)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -18,7 +22,9 @@ import pandas as pd
 
 from kbench import cell
 
-ROW_KEYS = ["model", "task", "batch_size"]
+ROW_KEYS = ["model", "task", "batch_size", "precision"]
+STUDY_KEYS = ["model", "task", "batch_size"]
+SHORT = {"float32": "fp32", "bfloat16": "pure bf16", "mixed_float16": "fp16", "mixed_bfloat16": "bf16"}
 PARITY_TOLERANCE = 0.01
 
 
@@ -29,10 +35,12 @@ def long_table(results: list[dict]) -> pd.DataFrame:
         error, params, memory = result["error"] or {}, result["params"] or {}, result["memory"] or {}
         rows.append({
             "cell_id": result["cell_id"], "suite": spec["suite"], "model": spec["model"], "task": spec["task"],
-            "batch_size": spec["batch_size"], "framework": spec["framework"], "dtype": spec["dtype"],
+            "batch_size": spec["batch_size"], "precision": spec["precision"], "framework": spec["framework"],
             "status": result["status"], "error_type": error.get("type"), "error_message": error.get("message"),
             **{k: timing.get(k) for k in ("n", "mean_ms", "median_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms",
                                           "first_step_ms", "window_ms", "examples_per_s", "tokens_per_s")},
+            "loss_first": (result.get("loss") or {}).get("first_timed_step"),
+            "loss_last": (result.get("loss") or {}).get("last_timed_step"),
             "params_total": params.get("total"), "params_trainable": params.get("trainable"),
             "peak_host_rss_mib": mib(memory.get("peak_host_rss_bytes")),
             "peak_device_mib": mib(memory.get("peak_device_bytes")),
@@ -110,18 +118,78 @@ def speedup_table(long: pd.DataFrame, frameworks: list[str], keras3: list[str]) 
     return table
 
 
-def write(table: pd.DataFrame, out_dir: Path, name: str) -> None:
+def study_cells(long: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """The cells of every model/task/batch that ran the baseline precision and at least one other."""
+    def in_study(group: pd.DataFrame) -> bool:
+        return baseline in set(group.precision) and group.precision.nunique() > 1
+    return long.groupby(STUDY_KEYS, sort=False).filter(in_study)
+
+
+def precision_table(long: pd.DataFrame, frameworks: list[str], baseline: str) -> pd.DataFrame:
+    """Rows model/task/batch/framework, one column per precision (baseline first): mean ms/step or the cell's status."""
+    study = study_cells(long, baseline)
+    keys = STUDY_KEYS + ["framework"]
+    if study.empty:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
+    wide = study.assign(value=study.apply(cell_text, axis=1)).pivot(index=keys, columns="precision", values="value")
+    precisions = [baseline] + [p for p in study.precision.unique() if p != baseline]
+    return wide.reindex(index=_study_rows(study, frameworks), columns=precisions).fillna("")
+
+
+def precision_speedup_table(long: pd.DataFrame, frameworks: list[str], baseline: str,
+                            claims: list[dict]) -> pd.DataFrame:
+    """Rows model/task/batch/framework: baseline ms / ms of each other precision (x; above 1 is faster), from cells
+    that are ok at both precisions, beside the claimed speedup for the model/task."""
+    study = study_cells(long, baseline)
+    keys = STUDY_KEYS + ["framework"]
+    if study.empty:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
+    ms = study[study.status == "ok"].pivot(index=keys, columns="precision", values="mean_ms")
+    ms = ms.reindex(index=_study_rows(study, frameworks))
+    table = pd.DataFrame(index=ms.index)
+    for precision in [p for p in study.precision.unique() if p != baseline]:
+        table[f"{SHORT[baseline]} / {SHORT[precision]} x"] = (ms.get(baseline) / ms.get(precision)).round(2)
+    claimed = {(c["model"], c["task"]): c for c in claims}
+    found = [claimed.get((model, task), {}) for model, task, _, _ in table.index]
+    table["claimed x"] = [c.get("speedup") for c in found]
+    table["claim"] = [c.get("quote", "") for c in found]
+    return table
+
+
+def _study_rows(study: pd.DataFrame, frameworks: list[str]) -> pd.MultiIndex:
+    """Model/task/batch in the order they ran, frameworks in column order."""
+    rows = study[STUDY_KEYS].drop_duplicates().itertuples(index=False)
+    present = set(study.framework)
+    return pd.MultiIndex.from_tuples([(*row, f) for row in rows for f in frameworks if f in present],
+                                     names=STUDY_KEYS + ["framework"])
+
+
+def sections_markdown(table: pd.DataFrame) -> str:
+    """One Markdown table per model/task/batch, frameworks as rows (the study's reading order)."""
+    parts = []
+    for (model, task, batch), section in table.groupby(level=STUDY_KEYS, sort=False):
+        parts.append(f"### {model} {task}, batch {batch}\n\n"
+                     + section.droplevel(STUDY_KEYS).reset_index().to_markdown(index=False) + "\n")
+    return "\n".join(parts) or "(no model/task ran the baseline and another precision)\n"
+
+
+def write(table: pd.DataFrame, out_dir: Path, name: str, by_section: bool = False) -> None:
     table.to_csv(out_dir / f"{name}.csv")
-    (out_dir / f"{name}.md").write_text(table.reset_index().to_markdown(index=False) + "\n")
+    text = sections_markdown(table) if by_section else table.reset_index().to_markdown(index=False) + "\n"
+    (out_dir / f"{name}.md").write_text(text)
 
 
-def build(result_paths: list[str], frameworks: list[str], keras3: list[str], out_dir: Path) -> None:
+def build(result_paths: list[str], frameworks: list[str], keras3: list[str], out_dir: Path,
+          baseline: str = "float32", claims: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = long_table([cell.read(p) for p in result_paths])
     long.to_csv(out_dir / "cells_long.csv", index=False)
     write(ms_per_step_table(long, frameworks), out_dir, "ms_per_step")
     write(speedup_table(long, frameworks, keras3), out_dir, "speedup")
     write(params_table(long, frameworks), out_dir, "params")
+    write(precision_table(long, frameworks, baseline), out_dir, "precision", by_section=True)
+    write(precision_speedup_table(long, frameworks, baseline, list(claims)), out_dir, "precision_speedup",
+          by_section=True)
 
 
 def comma_list(text: str) -> list[str]:
@@ -132,10 +200,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
     parser.add_argument("--keras3", required=True, help="the Keras 3 columns, comma-separated")
+    parser.add_argument("--baseline", default="float32", help="the precision the study compares against")
+    parser.add_argument("--claims", default="[]", type=json.loads,
+                        help='JSON list of {"model", "task", "speedup", "quote"} (config precision_study.claims)')
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("results", nargs="+")
     args = parser.parse_args(argv)
-    build(args.results, comma_list(args.frameworks), comma_list(args.keras3), args.out)
+    build(args.results, comma_list(args.frameworks), comma_list(args.keras3), args.out, args.baseline, args.claims)
     return 0
 
 

@@ -6,7 +6,8 @@ dispatch overlaps steps as in any training loop. step_ms[i] is the host-observed
 the return of step i; the entries add up to the window exactly, the last one carrying the drain of queued work.
 Where a step returns host data (train_on_batch, generate) that is its device time; where it returns device arrays it is
 the dispatch cadence. The first `warmup` steps carry compilation and autotuning: each is synced on its own, reported as
-first-step time, and never averaged in.
+first-step time, and never averaged in. The outputs of the first and last timed steps are kept (a fit step returns its
+loss), and read only after the window closes.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ class StepTimes:
     warmup_ms: list[float]      # the excluded first step(s), compile included, each synced
     step_ms: list[float]        # every timed step, return to return; sums to window_ms
     window_ms: float            # from the synced start of the first timed step to the synced end of the last
+    first_output: Any = None    # what the first and the last timed step returned
+    last_output: Any = None
 
     def summary(self) -> dict[str, float]:
         return summarize(self.step_ms)
@@ -38,13 +41,17 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
         warmup_ms.append((clock() - start) * 1e3)
 
     marks = [clock()]
-    for _ in range(timed):
+    first = None
+    for i in range(timed):
         out = step()
         marks.append(clock())
+        if i == 0:
+            first = out
     sync(out)
     marks[-1] = clock()                         # the last step ends when the device has finished everything
     step_ms = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
-    return StepTimes(warmup_ms=warmup_ms, step_ms=step_ms, window_ms=(marks[-1] - marks[0]) * 1e3)
+    return StepTimes(warmup_ms=warmup_ms, step_ms=step_ms, window_ms=(marks[-1] - marks[0]) * 1e3,
+                     first_output=first, last_output=out)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -13,7 +13,8 @@ class NotSupported(Exception):
 
 @dataclass
 class Workload:
-    step: Callable[[], Any]            # one benchmark step (train step, forward pass, generate call, denoising step)
+    step: Callable[[], Any]            # one benchmark step (train step, forward pass, generate call, denoising step);
+    #                                    a train step returns its loss as a scalar that float() reads
     params_total: int
     params_trainable: int
     examples_per_step: int             # batch size as seen by the step

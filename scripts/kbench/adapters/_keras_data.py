@@ -74,3 +74,11 @@ def sd_predict(spec, rng, timestep_embedding):
     return [rng.standard_normal((n, u["latent_size"], u["latent_size"], u["latent_channels"]), dtype="float32"),
             timestep_embedding, rng.standard_normal(ctx_shape, dtype="float32"),
             rng.standard_normal(ctx_shape, dtype="float32")]
+
+
+def images_and_labels(spec, rng):
+    """Image classification (ResNet-50): uniform [0, 1) images and class labels."""
+    arch, n = spec["arch"], spec["batch_size"]
+    size = arch["image_size"]
+    images = rng.random((n, size, size, 3), dtype="float32")
+    return images, rng.integers(0, arch["num_classes"], (n,), dtype="int32")

@@ -14,6 +14,7 @@ import numpy as np
 from kbench import models
 from kbench.adapters import Backend, NotSupported, Workload, _hooks
 from kbench.adapters import _keras_data as data
+from kbench.adapters import _keras_fit
 
 _PACKAGES = ("tensorflow", "tf-keras", "keras-nlp", "keras-cv")
 
@@ -30,7 +31,7 @@ def build(spec: dict) -> Workload:
     builder = _BUILDERS.get(spec["model"])
     if builder is None or spec["task"] not in _TASKS[spec["model"]]:
         raise NotSupported(f"keras2 adapter has no {spec['model']} {spec['task']}")
-    tf.keras.mixed_precision.set_global_policy(spec["dtype"])   # pure bf16 for the LLMs, as the Keras 3 cells
+    tf.keras.mixed_precision.set_global_policy(spec["precision"])   # the same policy names as Keras 3
     tf.keras.utils.set_random_seed(spec["seed"])
     return builder(spec, np.random.default_rng(spec["seed"]))
 
@@ -42,7 +43,16 @@ def _bert(spec, rng):
     x, y = data.bert(spec, rng)
     if spec["task"] == "predict":
         return _predict(model, x, spec)
-    return _fit(model, x, y, spec, *_adamw_logits_ce())
+    return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce())
+
+
+def _resnet50(spec, rng):
+    import tensorflow as tf
+    size = spec["arch"]["image_size"]
+    model = tf.keras.applications.ResNet50(weights=None, input_shape=(size, size, 3),
+                                           classes=spec["arch"]["num_classes"], classifier_activation=None)
+    x, y = data.images_and_labels(spec, rng)
+    return _fit(model, x, y, spec, _optimizer(spec, "sgd"), _logits_ce())
 
 
 def _mistral(spec, rng):
@@ -58,7 +68,7 @@ def _mistral(spec, rng):
                         tokens_per_step=spec["batch_size"] * spec["task_options"]["new_tokens"])
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])
     x, y, sample_weight = data.causal_lm_fit(spec, rng)
-    return _fit(model, x, y, spec, *_adamw_logits_ce(), sample_weight=sample_weight)
+    return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce(), sample_weight=sample_weight)
 
 
 def _sam(spec, rng):
@@ -70,7 +80,7 @@ def _sam(spec, rng):
     image_encoder = ViTDetBackbone(**kw["image_encoder"])
     images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
-        return _fit(image_encoder, images, data.sam_embedding_target(spec, rng), spec, tf.keras.optimizers.Adam(),
+        return _fit(image_encoder, images, data.sam_embedding_target(spec, rng), spec, _optimizer(spec, "adam"),
                     tf.keras.losses.MeanSquaredError())
     model = SegmentAnythingModel(
         backbone=image_encoder, prompt_encoder=SAMPromptEncoder(**kw["prompt_encoder"]),
@@ -86,16 +96,17 @@ def _stable_diffusion(spec, rng):
         encoder = _keras_sd.vae_encoder(**kw["vae_encoder"])
         model = tf.keras.Model(encoder.inputs, encoder.layers[-3].output)
         images, y = data.sd_fit(spec, rng)
-        return _fit(model, images, y, spec, tf.keras.optimizers.Adam(), tf.keras.losses.MeanSquaredError())
+        return _fit(model, images, y, spec, _optimizer(spec, "adam"), tf.keras.losses.MeanSquaredError())
     u = kw["unet"]
     model = _keras_sd.guided_denoising_step(_keras_sd.unet(**u))
     t_emb = _keras_sd.timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
     return _predict(model, data.sd_predict(spec, rng, t_emb), spec)
 
 
-_BUILDERS = {"bert": _bert, "mistral": _mistral, "sam": _sam, "stable_diffusion": _stable_diffusion}
+_BUILDERS = {"bert": _bert, "mistral": _mistral, "sam": _sam, "stable_diffusion": _stable_diffusion,
+             "resnet50": _resnet50}
 _TASKS = {"bert": {"fit", "predict"}, "mistral": {"fit", "generate"}, "sam": {"fit", "predict"},
-          "stable_diffusion": {"fit", "predict"}}
+          "stable_diffusion": {"fit", "predict"}, "resnet50": {"fit"}}
 
 
 # ---------------------------------------------------------------- shared step paths
@@ -107,13 +118,20 @@ def _fit(model, x, y, spec, optimizer, loss, sample_weight=None) -> Workload:
     # tf.keras's own Model.train_on_batch: keras-nlp 0.12.1's PipelineModel override converts dict inputs with
     # keras_core and fails on Keras 2; with preprocessor=None that override only adds the identity preprocessing.
     total, trainable = _count(model)
-    return Workload(step=lambda: tf.keras.Model.train_on_batch(model, x, y, sample_weight=sample_weight),
+    # The step returns the loss (keras-nlp tasks compile with default metrics: the dict names it).
+    return Workload(step=lambda: tf.keras.Model.train_on_batch(model, x, y, sample_weight=sample_weight,
+                                                               return_dict=True)["loss"],
                     params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
 
 
-def _adamw_logits_ce():
+def _optimizer(spec, kind):
     import tensorflow as tf
-    return tf.keras.optimizers.AdamW(), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return _keras_fit.optimizer(tf.keras, spec, kind)
+
+
+def _logits_ce():
+    import tensorflow as tf
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def _predict(model, x, spec) -> Workload:

@@ -11,6 +11,7 @@ import numpy as np
 from kbench import models
 from kbench.adapters import Backend, NotSupported, Workload, _hooks
 from kbench.adapters import _keras_data as data
+from kbench.adapters import _keras_fit
 
 _PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "torch")
 
@@ -35,9 +36,9 @@ def build(spec: dict) -> Workload:
     if spec["task"] not in _TASKS[spec["model"]]:
         raise NotSupported(f"keras3 adapter runs {spec['model']} for {sorted(_TASKS[spec['model']])}, "
                            f"not {spec['task']!r}")
-    # Pure dtype policy as the anchor (set_dtype_policy): bfloat16 weights and compute for the LLMs. Set it on every
-    # build, since it is process-global.
-    keras.config.set_dtype_policy(spec["dtype"])
+    # The cell's precision is a Keras dtype policy: pure bfloat16 for the LLMs as the anchor (set_dtype_policy),
+    # float32, or mixed_float16 / mixed_bfloat16. Set on every build, since it is process-global.
+    keras.config.set_dtype_policy(spec["precision"])
     keras.utils.set_random_seed(spec["seed"])   # weight init
     rng = np.random.default_rng(spec["seed"])   # data: the same numbers on every backend
     return builder(spec, rng)
@@ -50,7 +51,16 @@ def _bert(spec, rng):
     x, y = data.bert(spec, rng)
     if spec["task"] == "predict":
         return _predict(model, x, spec)
-    return _fit(model, x, y, spec, *_adamw_logits_ce())
+    return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce())
+
+
+def _resnet50(spec, rng):
+    import keras
+    size = spec["arch"]["image_size"]
+    model = keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=spec["arch"]["num_classes"],
+                                        classifier_activation=None)
+    x, y = data.images_and_labels(spec, rng)
+    return _fit(model, x, y, spec, _optimizer(spec, "sgd"), _logits_ce())
 
 
 def _causal_lm(spec, rng):
@@ -69,7 +79,7 @@ def _causal_lm(spec, rng):
                         tokens_per_step=spec["batch_size"] * new_tokens)
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])   # freezes everything but the LoRA factors
     x, y, sample_weight = data.causal_lm_fit(spec, rng)
-    return _fit(model, x, y, spec, *_adamw_logits_ce(), sample_weight=sample_weight)
+    return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce(), sample_weight=sample_weight)
 
 
 def _sam(spec, rng):
@@ -79,7 +89,7 @@ def _sam(spec, rng):
     image_encoder = keras_hub.models.ViTDetBackbone(**kw["image_encoder"])
     images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
-        return _fit(image_encoder, images, data.sam_embedding_target(spec, rng), spec, keras.optimizers.Adam(),
+        return _fit(image_encoder, images, data.sam_embedding_target(spec, rng), spec, _optimizer(spec, "adam"),
                     keras.losses.MeanSquaredError())
     backbone = keras_hub.models.SAMBackbone(
         image_encoder=image_encoder,
@@ -98,7 +108,7 @@ def _stable_diffusion(spec, rng):
         encoder = _keras_sd.vae_encoder(**kw["vae_encoder"])
         model = keras.Model(encoder.inputs, encoder.layers[-3].output)
         images, y = data.sd_fit(spec, rng)
-        return _fit(model, images, y, spec, keras.optimizers.Adam(), keras.losses.MeanSquaredError())
+        return _fit(model, images, y, spec, _optimizer(spec, "adam"), keras.losses.MeanSquaredError())
     # predict: one guided denoising step; the text encoder is not part of the step (random contexts, made once).
     u = kw["unet"]
     model = _keras_sd.guided_denoising_step(_keras_sd.unet(**u))
@@ -107,26 +117,32 @@ def _stable_diffusion(spec, rng):
 
 
 _BUILDERS = {"bert": _bert, "gemma": _causal_lm, "mistral": _causal_lm, "sam": _sam,
-             "stable_diffusion": _stable_diffusion}
+             "stable_diffusion": _stable_diffusion, "resnet50": _resnet50}
 _TASKS = {"bert": {"fit", "predict"}, "gemma": {"fit", "generate"}, "mistral": {"fit", "generate"},
-          "sam": {"fit", "predict"}, "stable_diffusion": {"fit", "predict"}}
+          "sam": {"fit", "predict"}, "stable_diffusion": {"fit", "predict"}, "resnet50": {"fit"}}
 
 
 # ---------------------------------------------------------------- shared step paths
 
 def _fit(model, x, y, spec, optimizer, loss, sample_weight=None) -> Workload:
-    """One optimizer step per call: train_on_batch, not fit() (whose per-call setup costs ~0.7 s on torch)."""
+    """One optimizer step per call: train_on_batch, not fit() (whose per-call setup costs ~0.7 s on torch). The step
+    returns the loss (keras-hub tasks compile with their default metrics, so train_on_batch returns a list)."""
     model.compile(optimizer=optimizer, loss=loss, jit_compile=spec["framework_def"]["jit_compile"])
     x, y, sample_weight = _to_device((x, y, sample_weight))
     total, trainable = _count(model)
-    return Workload(step=lambda: model.train_on_batch(x, y, sample_weight=sample_weight), params_total=total,
-                    params_trainable=trainable, examples_per_step=spec["batch_size"])
+    return Workload(step=lambda: model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)["loss"],
+                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
 
 
-def _adamw_logits_ce():
-    """The anchor's optimizer and loss for the token/sequence classifiers (BERT, Gemma, Mistral)."""
+def _optimizer(spec, kind):
     import keras
-    return keras.optimizers.AdamW(), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return _keras_fit.optimizer(keras, spec, kind)
+
+
+def _logits_ce():
+    """The classifiers' loss (BERT, Gemma, Mistral, ResNet-50); Keras losses compute in float32 under any policy."""
+    import keras
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def _predict(model, x, spec) -> Workload:

@@ -7,8 +7,14 @@ first-step time and never part of ms/step.
 Fit is a standard PyTorch loop, the work of one HF Trainer.training_step plus its optimizer step: forward with labels,
 backward, optimizer.step, zero_grad. Left out against Trainer: gradient clipping and the LR schedule (the Keras cells
 have neither), and Trainer's per-step bookkeeping, which would be harness overhead.
+Precision (the Keras dtype-policy names): bfloat16 casts the model (pure, as the anchor's LLMs); mixed_float16 and
+mixed_bfloat16 run forward and loss under torch.autocast with float32 weights, and mixed_float16 trains with a
+GradScaler, as PyTorch's AMP recipe.
 """
 from __future__ import annotations
+
+import contextlib
+import functools
 
 import numpy as np
 import torch
@@ -46,7 +52,18 @@ def _bert(spec, rng, device):
     if spec["task"] == "predict":
         return _predict(model, _tensors(batch, device), spec)
     batch["labels"] = rng.integers(0, arch["num_classes"], (n,))
-    return _fit(model, _tensors(batch, device), spec, _adamw, loss=lambda out: out.loss)
+    return _fit(model, _tensors(batch, device), spec, "adamw", loss=lambda out: out.loss)
+
+
+def _resnet50(spec, rng, device):
+    import torchvision
+    arch, n, size = spec["arch"], spec["batch_size"], spec["arch"]["image_size"]
+    model = torchvision.models.resnet50(weights=None, num_classes=arch["num_classes"])
+    images = rng.random((n, size, size, 3), dtype="float32").transpose(0, 3, 1, 2)   # the Keras cells' numbers, NCHW
+    labels = rng.integers(0, arch["num_classes"], (n,))
+    target = _tensors(labels, device)
+    return _fit(model, _tensors((np.ascontiguousarray(images),), device), spec, "sgd",
+                loss=lambda logits: torch.nn.functional.cross_entropy(logits, target))
 
 
 def _causal_lm(spec, rng, device):
@@ -56,8 +73,10 @@ def _causal_lm(spec, rng, device):
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, models.hf_mistral_config),
     }[spec["model"]]
     arch, opts, n = spec["arch"], spec["task_options"], spec["batch_size"]
-    # Pure bf16 weights and compute for the LLMs, as the Keras cells' dtype policy.
-    model = model_cls(config_cls(**kwargs(arch))).to(getattr(torch, spec["dtype"]))
+    # Pure bf16 weights and compute for the LLMs (precision bfloat16), as the Keras cells' dtype policy.
+    model = model_cls(config_cls(**kwargs(arch)))
+    if spec["precision"] == "bfloat16":
+        model = model.to(torch.bfloat16)
     if spec["task"] == "generate":
         return _generate(model, rng, spec, device)
     import peft
@@ -65,7 +84,7 @@ def _causal_lm(spec, rng, device):
                                                        lora_dropout=0.0))
     ids = rng.integers(0, arch["vocabulary_size"], (n, spec["inputs"]["sequence_length"]))
     batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids}   # the model shifts labels
-    return _fit(model, _tensors(batch, device), spec, _adamw, loss=lambda out: out.loss)
+    return _fit(model, _tensors(batch, device), spec, "adamw", loss=lambda out: out.loss)
 
 
 def _generate(model, rng, spec, device):
@@ -100,8 +119,7 @@ def _sam(spec, rng, device):
     if spec["task"] == "fit":   # the image encoder alone against a random embedding, as the anchor
         grid = models.sam_embedding_size(arch)
         target = rng.random((n, arch["embedding_dim"], grid, grid), dtype="float32")
-        return _fit(sam.image_encoder, _tensors((images,), device), spec, torch.optim.Adam,
-                    loss=_mse(_tensors(target, device)))
+        return _fit(sam.image_encoder, _tensors((images,), device), spec, "adam", loss=_mse(_tensors(target, device)))
     k = spec["task_options"]["num_points"]
     points = rng.uniform(0, size, (n, 1, k, 2)).astype("float32")   # one prompt of k points per image
     labels = np.ones((n, 1, k), "int64")
@@ -147,7 +165,7 @@ def _stable_diffusion(spec, rng, device):
         size, lat = arch["image_size"], models.sd_latent_size(arch)
         images = rng.random((n, 3, size, size), dtype="float32")
         target = rng.random((n, 2 * arch["latent_channels"], lat, lat), dtype="float32")
-        return _fit(Encoder(**kw["vae_encoder"]), _tensors((images,), device), spec, torch.optim.Adam,
+        return _fit(Encoder(**kw["vae_encoder"]), _tensors((images,), device), spec, "adam",
                     loss=_mse(_tensors(target, device)))
     # predict: one classifier-free-guided denoising step of the diffusers pipeline: the UNet on the 2n batch
     # (unconditional + conditional), guidance, one DDIM scheduler step. Prompt embeddings stand in for the text encoder.
@@ -160,10 +178,10 @@ def _stable_diffusion(spec, rng, device):
     latents, context = _tensors((
         rng.standard_normal((n, u["in_channels"], u["sample_size"], u["sample_size"]), dtype="float32"),
         rng.standard_normal((2 * n, arch["text_length"], arch["context_dim"]), dtype="float32")), device)
-    forward = _maybe_compile(unet, spec)
+    forward, autocast = _maybe_compile(unet, spec), _autocast(spec, device)
 
     def step():
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             eps_uncond, eps_text = forward(torch.cat([latents] * 2), t, encoder_hidden_states=context).sample.chunk(2)
             eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
             return scheduler.step(eps, t, latents).prev_sample
@@ -172,9 +190,9 @@ def _stable_diffusion(spec, rng, device):
 
 
 _BUILDERS = {"bert": _bert, "gemma": _causal_lm, "mistral": _causal_lm, "sam": _sam,
-             "stable_diffusion": _stable_diffusion}
+             "stable_diffusion": _stable_diffusion, "resnet50": _resnet50}
 _TASKS = {"bert": {"fit", "predict"}, "gemma": {"fit", "generate"}, "mistral": {"fit", "generate"},
-          "sam": {"fit", "predict"}, "stable_diffusion": {"fit", "predict"}}
+          "sam": {"fit", "predict"}, "stable_diffusion": {"fit", "predict"}, "resnet50": {"fit"}}
 
 
 # ---------------------------------------------------------------- shared step paths
@@ -183,30 +201,52 @@ def _maybe_compile(module, spec):
     return torch.compile(module, mode=COMPILE_MODE) if spec["framework_def"]["jit_compile"] else module
 
 
-def _fit(module, inputs, spec, optimizer_cls, loss) -> Workload:
-    """inputs: a dict of keyword tensors or a tuple of positional ones; loss(output) -> scalar tensor."""
+def _autocast(spec, device):
+    """The forward pass's precision context: torch.autocast for the mixed precisions, else nothing."""
+    half = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}.get(spec["precision"])
+    return functools.partial(torch.autocast, device.type, half) if half else contextlib.nullcontext
+
+
+# The Keras cells' optimizers, with their defaults but the configured learning rate.
+_OPTIMIZERS = {"adamw": torch.optim.AdamW,      # also HF Trainer's default ("adamw_torch")
+               "adam": torch.optim.Adam,
+               "sgd": functools.partial(torch.optim.SGD, momentum=0.9)}
+
+
+def _fit(module, inputs, spec, optimizer, loss) -> Workload:
+    """inputs: a dict of keyword tensors or a tuple of positional ones; loss(output) -> scalar tensor.
+    The step returns the (unscaled) loss."""
     device = _device_of(inputs)
     module.to(device).train()
-    forward = _maybe_compile(module, spec)
-    optimizer = optimizer_cls([p for p in module.parameters() if p.requires_grad])
+    forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
+    optimizer = _OPTIMIZERS[optimizer]([p for p in module.parameters() if p.requires_grad],
+                                       lr=spec["task_options"]["learning_rate"])
+    # Dynamic loss scaling for float16 gradients (bfloat16 has float32's range and needs none).
+    scaler = torch.amp.GradScaler(device.type) if spec["precision"] == "mixed_float16" else None
 
     def step():
-        out = _call(forward, inputs)
-        value = loss(out)
-        value.backward()
-        optimizer.step()
+        with autocast():
+            value = loss(_call(forward, inputs))
+        if scaler:
+            scaler.scale(value).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            value.backward()
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return value
+        return value.detach()
     total, trainable = _count(module)
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
 
 
 def _predict(module, inputs, spec) -> Workload:
-    module.to(_device_of(inputs)).eval()
-    forward = _maybe_compile(module, spec)
+    device = _device_of(inputs)
+    module.to(device).eval()
+    forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
 
     def step():
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             return _call(forward, inputs)
     total, trainable = _count(module)
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
@@ -215,10 +255,6 @@ def _predict(module, inputs, spec) -> Workload:
 def _call(forward, inputs):
     """inputs: a dict of keyword tensors or a tuple of positional ones."""
     return forward(**inputs) if isinstance(inputs, dict) else forward(*inputs)
-
-
-def _adamw(params):
-    return torch.optim.AdamW(params)     # HF Trainer's default optimizer ("adamw_torch")
 
 
 def _mse(target):
