@@ -1,5 +1,6 @@
 """Real tiny cells, run by Snakemake in podman images and in host venvs (both built from the locks on first use)."""
 import json
+import math
 import socket
 import tarfile
 
@@ -16,28 +17,35 @@ RUNS = {"podman": (["bert", "sam"], ["native-torch-eager", "native-torch-compile
         "host": (["bert"], ["keras3-jax", "keras3-tensorflow"])}
 BACKENDS = {"native-torch-eager": "torch", "native-torch-compiled": "torch", "keras2": "tensorflow",
             "keras3-jax": "jax", "keras3-tensorflow": "tensorflow"}
+ALL_FRAMEWORKS = CONFIG["frameworks"]
+MIXED = ["float32", "mixed_float16", "mixed_bfloat16"]
 FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-keras", "2.21.0"),
                      "keras3": ("keras", "3.15.1")}
 
 
-def run_tiny(runtime, tmp_path_factory):
-    models, frameworks = RUNS[runtime]
+def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",)):
     results = tmp_path_factory.mktemp(f"results-{runtime}")
     proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
                      f"results_dir={results}", f"models=[{','.join(models)}]", f"frameworks=[{','.join(frameworks)}]",
-                     timeout=3600)
+                     f"precisions=[{','.join(precisions)}]", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-5000:]
     return runtime, models, frameworks, results
 
 
 @pytest.fixture(scope="module")
 def podman_run(tmp_path_factory):
-    return run_tiny("podman", tmp_path_factory)
+    return run_tiny("podman", tmp_path_factory, *RUNS["podman"])
 
 
 @pytest.fixture(scope="module")
 def host_run(tmp_path_factory):
-    return run_tiny("host", tmp_path_factory)
+    return run_tiny("host", tmp_path_factory, *RUNS["host"])
+
+
+@pytest.fixture(scope="module")
+def precision_run(tmp_path_factory):
+    """The mixed-precision study's ResNet-50 fit: every framework x precision, each in its podman image."""
+    return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED)
 
 
 @pytest.fixture(params=list(RUNS))
@@ -52,7 +60,7 @@ def cells(results):
 def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
     runtime, models, frameworks, results = tiny_run
     table = pd.read_csv(results / "tables" / "tiny" / "ms_per_step.csv")
-    assert list(table.columns) == ["model", "task", "batch_size", *frameworks, "params_parity"]
+    assert list(table.columns) == ["model", "task", "batch_size", "precision", *frameworks, "params_parity"]
     assert len(table) == 2 * len(models)
     values = table[frameworks].astype(float)     # "failed: ..." would not parse
     assert (values > 0).all().all()
@@ -85,8 +93,7 @@ def test_keras2_lora_that_trains_nothing_is_failed_not_timed(podman_run, tmp_pat
     anchor's bf16, hence n/a in config.yaml): run that real cell in the keras2 image and see it refused."""
     runtime, models, frameworks, results = podman_run
     config = {**CONFIG, "accelerator": "cpu"}
-    spec = matrix.spec(config, "tiny", "mistral", "fit", 8, "keras2")
-    spec["dtype"] = "float32"
+    spec = matrix.spec(config, "tiny", "mistral", "fit", 8, "float32", "keras2")
     result = launch.run_cell(spec, "podman", results / "images" / "keras2.cpu.json", tmp_path / "cell.json",
                              tmp_path / "cell.log", timeout_s=600)
     assert result["status"] == "failed" and result["error"]["type"] == "LoRANotApplied", result["error"]
@@ -122,3 +129,33 @@ def test_exported_oci_archive_carries_the_recorded_image(podman_run):
         manifest = blob(json.load(archive.extractfile("index.json"))["manifests"][0]["digest"])
     record = json.loads((results / "images" / "keras3-jax.cpu.json").read_text())
     assert manifest["config"]["digest"] == record["id"]
+
+
+def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_run):
+    runtime, models, frameworks, results = precision_run
+    table = pd.read_csv(results / "tables" / "tiny" / "precision.csv")
+    assert table.framework.tolist() == ALL_FRAMEWORKS and list(table.columns[-3:]) == MIXED
+    assert (table[MIXED].astype(float) > 0).all().all()       # "failed: ..." would not parse
+    for result in cells(results):
+        spec, losses = result["spec"], result["loss"]
+        assert result["status"] == "ok", (result["cell_id"], result["error"])
+        assert result["cell_id"].split("/")[-2] == spec["precision"] and result["provenance"]["runtime"] == "podman"
+        assert math.isfinite(losses["first_timed_step"]) and math.isfinite(losses["last_timed_step"])
+    speedup = pd.read_csv(results / "tables" / "tiny" / "precision_speedup.csv")
+    assert list(speedup.columns[-4:]) == ["fp32 / fp16 x", "fp32 / bf16 x", "claimed x", "claim"]
+    assert (speedup[["fp32 / fp16 x", "fp32 / bf16 x"]] > 0).all().all() and (speedup["claimed x"] == 1.5).all()
+
+
+@pytest.mark.parametrize("framework", ["native-torch-eager", "keras2", "keras3-jax"])
+def test_a_diverging_fit_is_failed_for_its_non_finite_loss(precision_run, framework, tmp_path):
+    """Injected overflow: a learning rate of 1e10 drives ResNet-50's weights and activations past float range within
+    a few steps; the cell must come back failed with its losses, not timed."""
+    runtime, models, frameworks, results = precision_run
+    spec = matrix.spec({**CONFIG, "accelerator": "cpu"}, "tiny", "resnet50", "fit", 4, "float32", framework)
+    spec["task_options"]["learning_rate"] = 1e10
+    spec["steps"] = {"warmup": 1, "timed": 4}
+    record = results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json"
+    result = launch.run_cell(spec, "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", timeout_s=600)
+    assert result["status"] == "failed" and result["error"]["type"] == "NonFiniteLoss", result["error"]
+    assert result["error"]["message"].startswith("non-finite loss: ") and result["timing"] is None
+    assert not math.isfinite(result["loss"]["last_timed_step"])

@@ -169,13 +169,19 @@ def sections_markdown(table: pd.DataFrame) -> str:
     parts = []
     for (model, task, batch), section in table.groupby(level=STUDY_KEYS, sort=False):
         parts.append(f"### {model} {task}, batch {batch}\n\n"
-                     + section.droplevel(STUDY_KEYS).reset_index().to_markdown(index=False) + "\n")
+                     + markdown(section.droplevel(STUDY_KEYS)))
     return "\n".join(parts) or "(no model/task ran the baseline and another precision)\n"
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """A Markdown table with empty cells where a value is missing (no ratio, no claim), not "nan"."""
+    flat = table.reset_index()
+    return flat.astype(object).where(flat.notna(), "").to_markdown(index=False) + "\n"
 
 
 def write(table: pd.DataFrame, out_dir: Path, name: str, by_section: bool = False) -> None:
     table.to_csv(out_dir / f"{name}.csv")
-    text = sections_markdown(table) if by_section else table.reset_index().to_markdown(index=False) + "\n"
+    text = sections_markdown(table) if by_section else markdown(table)
     (out_dir / f"{name}.md").write_text(text)
 
 

@@ -1,5 +1,6 @@
 """Keras 2 adapter: tf.keras from tf-keras (TF_USE_LEGACY_KERAS=1, framework_defs.keras2.env), keras-nlp 0.12.1 (BERT,
-Mistral) and keras-cv 0.9.0 (SAM, StableDiffusion v1.4), the newest releases with a Keras 2 path.
+Mistral), keras-cv 0.9.0 (SAM, StableDiffusion v1.4), the newest releases with a Keras 2 path, and
+tf.keras.applications (ResNet-50). The cell's precision is a tf.keras mixed-precision policy.
 
 Same models, inputs (kbench.adapters._keras_data) and step kinds as the Keras 3 adapter: one train_on_batch, one
 tf.function(jit_compile) forward call, or one generate call. What Keras 2 cannot run is n/a in config.yaml (Gemma);

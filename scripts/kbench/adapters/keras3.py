@@ -1,4 +1,5 @@
-"""Keras 3 adapter (keras + keras-hub + keras-cv), one module for the jax, tensorflow and torch backends.
+"""Keras 3 adapter (keras + keras-hub + keras-cv; ResNet-50 from keras.applications), one module for the jax,
+tensorflow and torch backends.
 
 The backend is chosen by KERAS_BACKEND before keras is imported (framework_defs.<fw>.env). Models follow the anchor
 (keras-benchmarks v0.0.5), built from config with random weights; kbench.models gives the constructor kwargs.

@@ -1,5 +1,5 @@
 """Native PyTorch adapter: HF transformers (BERT, Gemma, Mistral) with peft LoRA, diffusers (StableDiffusion v1.4),
-Meta segment-anything (SAM). Random weights from configs (kbench.models), never downloads.
+Meta segment-anything (SAM), torchvision (ResNet-50). Random weights from configs (kbench.models), never downloads.
 
 Two columns share this module: eager, and compiled (framework_defs.<fw>.jit_compile) with
 torch.compile(mode="reduce-overhead") as the anchor. Compilation happens in the first (warm-up) step, so its cost is the
