@@ -51,10 +51,13 @@ def main(argv=None) -> int:
     parser.add_argument("--size", default="paper")
     parser.add_argument("--runtime", default="podman", choices=sorted(RECORDS))
     parser.add_argument("--frameworks", help="comma-separated (default: config.yaml's)")
+    parser.add_argument("--models", help="comma-separated (default: config.yaml's)")
     parser.add_argument("--config", default=str(launch.REPO / "config.yaml"))
     args = parser.parse_args(argv)
     config = yaml.safe_load(Path(args.config).read_text())
     config["accelerator"] = "cpu"
+    if args.models:
+        config["models"] = args.models.split(",")
     frameworks = args.frameworks.split(",") if args.frameworks else config["frameworks"]
     results = launch.REPO / config["results_dir"]
     long = pd.DataFrame([row for fw in frameworks for row in census(config, fw, args.size, args.runtime, results)])
