@@ -8,13 +8,19 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/environments.smk"
 include: "rules/images.smk"
 include: "rules/cells.smk"
 include: "rules/tables.smk"
+include: "rules/report.smk"
 
 
 rule all:
     input:
         table_files(config["suite"]),
+        plot_files(config["suite"]),
+        f"{RESULTS}/tables/{config['suite']}/run_facts.html",

@@ -12,22 +12,18 @@ sys.path.insert(0, SCRIPTS)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SCRIPTS, os.environ.get("PYTHONPATH")]))
 PYTHON = sys.executable
 
-from kbench import envs, matrix
+from kbench import envs, launch, matrix
 
 validate(config, "../schemas/config.schema.yaml")
 matrix.check_references(config)
 RESULTS = config["results_dir"]
+os.makedirs(f"{RESULTS}/report", exist_ok=True)     # `snakemake --report results/report/<suite>.html` writes here
 # auto: podman where it is installed, else the host venvs. The runtime a cell used is in its JSON.
 RUNTIME = config["runtime"] if config["runtime"] != "auto" else ("podman" if shutil.which("podman") else "host")
-ENVIRONMENT_RECORDS = {
-    "host": "environments/{stack}.{accelerator}.json",
-    "podman": "images/{stack}.{accelerator}.json",
-    "docker": "images/{stack}.{accelerator}.docker.json",
-    "apptainer": "images/{stack}.{accelerator}.sif.json",
-}
 
-TABLES = ["ms_per_step.csv", "ms_per_step.md", "speedup.csv", "speedup.md", "params.csv", "params.md",
-          "precision.csv", "precision.md", "precision_speedup.csv", "precision_speedup.md", "cells_long.csv"]
+TABLE_NAMES = ["ms_per_step", "speedup", "params", "precision", "precision_speedup"]
+TABLES = [f"{name}.{fmt}" for name in TABLE_NAMES for fmt in ("csv", "md", "html")] + ["cells_long.csv"]
+PLOTS = [f"{name}.{fmt}" for name in ("ms_per_step", "speedup", "first_step") for fmt in ("png", "svg")]
 
 
 wildcard_constraints:
@@ -55,9 +51,8 @@ def environment_record(wildcards):
     """A runnable cell depends on its stack's environment (venv or image) record; an n/a cell depends on nothing."""
     if cell_of(wildcards).not_applicable:
         return []
-    record = ENVIRONMENT_RECORDS[RUNTIME].format(stack=matrix.stack_of(config, wildcards.framework),
-                                                 accelerator=config["accelerator"])
-    return f"{RESULTS}/{record}"
+    return f"{RESULTS}/" + launch.environment_record(RUNTIME, matrix.stack_of(config, wildcards.framework),
+                                                     config["accelerator"])
 
 
 def stack_lock_digest(wildcards):
@@ -84,3 +79,19 @@ def cell_spec(wildcards):
 
 def table_files(suite):
     return [f"{RESULTS}/tables/{suite}/{name}" for name in TABLES]
+
+
+def plot_files(suite):
+    return [f"{RESULTS}/plots/{suite}/{name}" for name in PLOTS]
+
+
+def in_report(path, category):
+    """An output the Snakemake report shows (HTML tables, PNG plots), with its caption from report/<name>.rst."""
+    name = os.path.basename(path).rsplit(".", 1)[0]
+    return report(path, caption=f"../report/{name}.rst", category=category)
+
+
+def stack_records(suite):
+    """The environment records (image IDs, venvs) of the stacks that the suite's runnable cells use."""
+    stacks = sorted({matrix.stack_of(config, c.framework) for c in matrix.cells(config, suite) if not c.not_applicable})
+    return [f"{RESULTS}/" + launch.environment_record(RUNTIME, s, config["accelerator"]) for s in stacks]

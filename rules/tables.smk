@@ -4,7 +4,8 @@ rule tables:
     input:
         cells=lambda wildcards: [cell_json(c) for c in matrix.cells(config, wildcards.suite)],
     output:
-        [f"{RESULTS}/tables/{{suite}}/{name}" for name in TABLES],
+        [in_report(f"{RESULTS}/tables/{{suite}}/{name}", "Tables") if name.endswith(".html")
+         else f"{RESULTS}/tables/{{suite}}/{name}" for name in TABLES],
     log:
         RESULTS + "/logs/tables/{suite}.log",
     params:

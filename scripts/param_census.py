@@ -21,9 +21,6 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kbench import cell, launch, matrix, tables  # noqa: E402
 
-RECORDS = {"podman": "images/{stack}.{acc}.json", "host": "environments/{stack}.{acc}.json"}
-
-
 def census(config: dict, framework: str, size: str, runtime: str, results: Path) -> list[dict]:
     suite = next(name for name, suite in config["suites"].items() if suite["size"] == size)
     rows = [(c.model, c.task) for c in matrix.cells({**config, "frameworks": [framework]}, suite)
@@ -34,7 +31,7 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     if not specs:
         return []
     stack = matrix.stack_of(config, framework)
-    environment = cell.read(results / RECORDS[runtime].format(stack=stack, acc=config["accelerator"]))
+    environment = cell.read(results / launch.environment_record(runtime, stack, config["accelerator"]))
     out = results / "census" / size / f"{framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = launch.command(runtime, environment, out, module="kbench.census", name=f"kbench-census-{framework}")
@@ -49,7 +46,7 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="paper")
-    parser.add_argument("--runtime", default="podman", choices=sorted(RECORDS))
+    parser.add_argument("--runtime", default="podman", choices=["host", "podman"])
     parser.add_argument("--frameworks", help="comma-separated (default: config.yaml's)")
     parser.add_argument("--models", help="comma-separated (default: config.yaml's)")
     parser.add_argument("--config", default=str(launch.REPO / "config.yaml"))

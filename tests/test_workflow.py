@@ -22,8 +22,9 @@ STACKS = ("native-torch", "keras2", "keras3-jax", "keras3-tensorflow", "keras3-t
 def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite_args, runtime, environment_jobs):
     proc = snakemake("-n", "--cores", "all", "--config", *suite_args, f"runtime={runtime}", f"results_dir={tmp_path}")
     assert proc.returncode == 0, proc.stdout
-    total = 114 + 2 + sum(environment_jobs.values())    # 19 rows (precision study included) x 6 columns, 8 n/a
-    assert job_counts(proc.stdout) == {**environment_jobs, "cell": 114, "tables": 1, "all": 1, "total": total}
+    total = 114 + 4 + sum(environment_jobs.values())    # 19 rows (precision study included) x 6 columns, 8 n/a
+    assert job_counts(proc.stdout) == {**environment_jobs, "cell": 114, "tables": 1, "plots": 1, "run_facts": 1,
+                                       "all": 1, "total": total}
     accelerator = "cpu" if suite_args else "gpu"
     for stack in STACKS:
         assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
@@ -65,7 +66,8 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     lock = tmp_path / "envs" / "keras3-jax.cpu.lock"
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
     plan = snakemake("-n", *args, cwd=tmp_path).stdout
-    assert job_counts(plan) == {"stack_image": 1, "cell": 19, "tables": 1, "all": 1, "total": 22}
+    assert job_counts(plan) == {"stack_image": 1, "cell": 19, "tables": 1, "plots": 1, "run_facts": 1, "all": 1,
+                                "total": 24}
     rebuilt = re.findall(r"output: (\S+)", plan)
     assert "results/images/keras3-jax.cpu.json" in rebuilt
     cells = [path for path in rebuilt if path.startswith("results/cells/")]

@@ -68,6 +68,19 @@ def process_env(runtime: str, environment: dict | None = None) -> dict[str, str]
     return env
 
 
+# Where each runtime's environment record lives, relative to results_dir (written by the image/venv rules).
+ENVIRONMENT_RECORDS = {
+    "host": "environments/{stack}.{accelerator}.json",
+    "podman": "images/{stack}.{accelerator}.json",
+    "docker": "images/{stack}.{accelerator}.docker.json",
+    "apptainer": "images/{stack}.{accelerator}.sif.json",
+}
+
+
+def environment_record(runtime: str, stack: str, accelerator: str) -> str:
+    return ENVIRONMENT_RECORDS[runtime].format(stack=stack, accelerator=accelerator)
+
+
 def git_commit() -> str:
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -180,9 +180,12 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def write(table: pd.DataFrame, out_dir: Path, name: str, by_section: bool = False) -> None:
+    """CSV for programs, Markdown for reading, HTML for the Snakemake report."""
     table.to_csv(out_dir / f"{name}.csv")
     text = sections_markdown(table) if by_section else markdown(table)
     (out_dir / f"{name}.md").write_text(text)
+    (out_dir / f"{name}.html").write_text(f"<html><body><h2>{name}</h2>\n"
+                                          + table.to_html(na_rep="", border=0) + "\n</body></html>\n")
 
 
 def build(result_paths: list[str], frameworks: list[str], keras3: list[str], out_dir: Path,
