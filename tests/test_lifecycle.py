@@ -163,4 +163,13 @@ def test_compare_marks_changes_noise_packages_images_and_cells_of_one_run(tmp_pa
     assert rows.loc["tiny/bert/predict/bs256/float32/keras3-jax", "verdict"] == "within noise (±10%)"
     assert rows.loc["tiny/bert/predict/bs256/float32/native-torch-eager", "verdict"] == "only in old"
     unchanged = rows.loc["tiny/bert/fit/bs32/float32/native-torch-eager"]
-    assert unchanged["verdict"] == "within noise (±10%)" and unchanged["packages changed"] == ""
+    assert unchanged["verdict"] == "same record (not rerun)" and unchanged["packages changed"] == ""
+
+
+def test_noise_band_ignores_the_drain_step_and_widens_with_step_spread():
+    def timed(steps):
+        return {"timing": {"step_ms": steps, "mean_ms": sum(steps) / len(steps), "n": len(steps)}}
+    steady = timed([100.0] * 19 + [2000.0])                # one drain step: no spread that counts
+    assert archive.noise_band_pct(steady, steady, 10.0) == 10.0
+    jumpy = timed([50.0, 150.0] * 10)                      # every step 50% off the median
+    assert archive.noise_band_pct(jumpy, jumpy, 10.0) > 40
