@@ -91,7 +91,15 @@ def in_report(path, category):
     return report(path, caption=f"../report/{name}.rst", category=category)
 
 
+def image_archives(suite):
+    """OCI archives of the suite's stack images (podman save); docker and apptainer run the images podman built."""
+    return [f"{RESULTS}/images/{s}.{config['accelerator']}.oci.tar" for s in suite_stacks(suite)]
+
+
+def suite_stacks(suite):
+    return sorted({matrix.stack_of(config, c.framework) for c in matrix.cells(config, suite) if not c.not_applicable})
+
+
 def stack_records(suite):
     """The environment records (image IDs, venvs) of the stacks that the suite's runnable cells use."""
-    stacks = sorted({matrix.stack_of(config, c.framework) for c in matrix.cells(config, suite) if not c.not_applicable})
-    return [f"{RESULTS}/" + launch.environment_record(RUNTIME, s, config["accelerator"]) for s in stacks]
+    return [f"{RESULTS}/" + launch.environment_record(RUNTIME, s, config["accelerator"]) for s in suite_stacks(suite)]

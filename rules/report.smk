@@ -41,8 +41,7 @@ rule archive:
         facts=RESULTS + f"/tables/{config['suite']}/run_facts.html",
         report=RESULTS + f"/report/{config['suite']}.html",
         environments=lambda wildcards: stack_records(config["suite"]),
-        images=lambda wildcards: [r.removesuffix(".json") + ".oci.tar" for r in stack_records(config["suite"])]
-        if config.get("archive_images") else [],
+        images=lambda wildcards: image_archives(config["suite"]) if config["archive_images"] else [],
     output:
         RESULTS + "/archive/{run_id}.tar.gz",
     log:
