@@ -51,8 +51,11 @@ def environment_record(wildcards):
     """A runnable cell depends on its stack's environment (venv or image) record; an n/a cell depends on nothing."""
     if cell_of(wildcards).not_applicable:
         return []
-    return f"{RESULTS}/" + launch.environment_record(RUNTIME, matrix.stack_of(config, wildcards.framework),
-                                                     config["accelerator"])
+    return stack_record(matrix.stack_of(config, wildcards.framework))
+
+
+def stack_record(stack):
+    return f"{RESULTS}/" + launch.environment_record(RUNTIME, stack, config["accelerator"])
 
 
 def stack_lock_digest(wildcards):
@@ -102,4 +105,4 @@ def suite_stacks(suite):
 
 def stack_records(suite):
     """The environment records (image IDs, venvs) of the stacks that the suite's runnable cells use."""
-    return [f"{RESULTS}/" + launch.environment_record(RUNTIME, s, config["accelerator"]) for s in suite_stacks(suite)]
+    return [stack_record(stack) for stack in suite_stacks(suite)]

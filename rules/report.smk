@@ -36,12 +36,12 @@ rule archive:
     """One finished run -> results/archive/<run_id>.tar.gz with a SHA-256 manifest (see kbench.archive).
     The report is an input: make it first with `snakemake --report results/report/<suite>.html`."""
     input:
-        tables=lambda wildcards: table_files(config["suite"]),
-        plots=lambda wildcards: plot_files(config["suite"]),
+        tables=table_files(config["suite"]),
+        plots=plot_files(config["suite"]),
         facts=RESULTS + f"/tables/{config['suite']}/run_facts.html",
         report=RESULTS + f"/report/{config['suite']}.html",
-        environments=lambda wildcards: stack_records(config["suite"]),
-        images=lambda wildcards: image_archives(config["suite"]) if config["archive_images"] else [],
+        environments=stack_records(config["suite"]),
+        images=image_archives(config["suite"]) if config["archive_images"] else [],
     output:
         RESULTS + "/archive/{run_id}.tar.gz",
     log:

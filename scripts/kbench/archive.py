@@ -151,8 +151,9 @@ class Run:
 
     def cells(self) -> dict[str, dict]:
         prefix = f"cells/{self.suite}/"
-        return {json.loads(data)["cell_id"]: json.loads(data) for name, data in self.files.items()
-                if name.startswith(prefix) and name.endswith(".json")}
+        results = [json.loads(data) for name, data in self.files.items()
+                   if name.startswith(prefix) and name.endswith(".json")]
+        return {result["cell_id"]: result for result in results}
 
 
 # ---------------------------------------------------------------- verify

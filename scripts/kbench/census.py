@@ -33,14 +33,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     out = parser.parse_args(argv).out
     specs = json.load(sys.stdin)
-    framework_def = specs[0]["framework_def"]
-    os.environ.update(framework_def.get("env", {}))     # before the framework is imported
+    framework_def, env = specs[0]["framework_def"], specs[0]["env"]
+    os.environ.update(env)     # before the framework is imported
     from kbench import adapters
     adapter = adapters.load(framework_def["adapter"])
     counts = []
     for spec in specs:
         try:
-            with shapes_only(framework_def["adapter"], framework_def.get("env", {})):
+            with shapes_only(framework_def["adapter"], env):
                 workload = adapter.build(spec)
             line = {"cell_id": spec["cell_id"], "total": workload.params_total, "trainable": workload.params_trainable}
         except Exception as exc:  # one model that does not build must not hide the others' counts

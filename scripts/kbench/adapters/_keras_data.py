@@ -1,4 +1,4 @@
-"""The numpy inputs of the Keras cells, shared by the Keras 3 and Keras 2 adapters (keras-hub, keras-nlp and keras-cv
+"""The numpy inputs of the Keras cells, shared by the Keras 3 and Keras 2 adapters (and native ResNet-50) (keras-hub, keras-nlp and keras-cv
 take the same input dicts), so both columns run on the same numbers. Channels-last images; rng is the cell's
 numpy Generator, drawn in a fixed order."""
 from __future__ import annotations

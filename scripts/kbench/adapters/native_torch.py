@@ -57,12 +57,11 @@ def _bert(spec, rng, device):
 
 def _resnet50(spec, rng, device):
     import torchvision
-    arch, n, size = spec["arch"], spec["batch_size"], spec["arch"]["image_size"]
-    model = torchvision.models.resnet50(weights=None, num_classes=arch["num_classes"])
-    images = rng.random((n, size, size, 3), dtype="float32").transpose(0, 3, 1, 2)   # the Keras cells' numbers, NCHW
-    labels = rng.integers(0, arch["num_classes"], (n,))
-    target = _tensors(labels, device)
-    return _fit(model, _tensors((np.ascontiguousarray(images),), device), spec, "sgd",
+    from kbench.adapters import _keras_data
+    model = torchvision.models.resnet50(weights=None, num_classes=spec["arch"]["num_classes"])
+    images, labels = _keras_data.images_and_labels(spec, rng)        # the Keras cells' numbers, made NCHW
+    target = _tensors(labels.astype("int64"), device)                # cross_entropy takes int64 class indices
+    return _fit(model, _tensors((np.ascontiguousarray(images.transpose(0, 3, 1, 2)),), device), spec, "sgd",
                 loss=lambda logits: torch.nn.functional.cross_entropy(logits, target))
 
 
