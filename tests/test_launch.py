@@ -8,11 +8,11 @@ import pytest
 from kbench import cell, launch
 
 
-def synthetic_spec(fault=None, task="fit", timed=5):
+def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
     return {"cell_id": f"test/synthetic/{task}/bs4/synthetic", "suite": "test", "size": "tiny", "model": "synthetic",
             "task": task, "batch_size": 4, "framework": "synthetic", "precision": "float32",
             "framework_def": {"stack": "driver", "adapter": "synthetic", "env": {}, "jit_compile": False}, "env": {},
-            "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault},
+            "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault, **task_options},
             "steps": {"warmup": 1, "timed": timed}, "seed": 0}
 
 
@@ -35,10 +35,10 @@ def run(tmp_path, environment, spec, timeout_s=60):
 ])
 def test_fit_that_trains_the_wrong_parameters_fails_before_timing(tmp_path, driver_environment, task_options,
                                                                   error_type):
-    spec = synthetic_spec()
+    spec = synthetic_spec("step")        # any step that ran would fail the cell with "injected failure in a step"
     spec["task_options"].update(task_options)
     result = run(tmp_path, driver_environment, spec)
-    assert result["status"] == "failed" and result["error"]["type"] == error_type
+    assert result["status"] == "failed" and result["error"]["type"] == error_type, result["error"]
     assert result["timing"] is None
     assert result["params"] == {"total": 2 * 64 * 64, "trainable": task_options["trainable"]}
 
@@ -62,6 +62,21 @@ def test_fit_whose_float16_loss_overflows_is_failed_with_its_losses(tmp_path, dr
     assert result["status"] == "failed" and result["error"]["type"] == "NonFiniteLoss"
     assert result["error"]["message"] == "non-finite loss: first timed step inf, last timed step inf"
     assert result["timing"] is None and result["loss"]["last_timed_step"] == float("inf")
+
+
+def test_the_runner_times_the_device_work_behind_each_step(tmp_path, driver_environment):
+    """Each step queues 20 ms on the synthetic asynchronous device and returns at once: only the backend's own sync
+    brings that work into the window. A runner that timed with any other sync would report ~0 ms."""
+    result = run(tmp_path, driver_environment, synthetic_spec(task="predict", timed=10, device_ms=20))
+    assert result["status"] == "ok", result["error"]
+    timing = result["timing"]
+    assert 20 <= timing["mean_ms"] < 40 and timing["window_ms"] >= 200
+    assert result["provenance"]["sync"] == "synthetic device queue join"
+
+
+def test_cells_record_the_dtypes_their_steps_ran_in(tmp_path, driver_environment):
+    result = run(tmp_path, driver_environment, synthetic_spec(task="predict"))
+    assert result["numerics"] == {"weights_dtype": "float64", "compute_dtype": "float64"}
 
 
 def test_predict_records_no_loss(tmp_path, driver_environment):

@@ -13,7 +13,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "unsupported")
 
 
@@ -43,6 +43,7 @@ def new_result(spec: dict, context: dict, status: str, error: dict | None = None
         "timing": None,
         "params": None,
         "loss": None,
+        "numerics": None,
         "memory": None,
         "provenance": dict(context),
     }

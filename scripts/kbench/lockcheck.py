@@ -5,6 +5,7 @@ that is not the recorded one must not reach the tables.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import re
 from pathlib import Path
@@ -39,8 +40,13 @@ def differences(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
     return changed + missing + extra
 
 
-def verify(lock_path: str | Path) -> None:
-    problems = differences(pinned(Path(lock_path).read_text()), installed())
+def verify(lock_path: str | Path) -> dict:
+    """Raise LockDrift unless the installed packages are exactly the lock's; return what was checked, for the record."""
+    text = Path(lock_path).read_text()
+    expected = pinned(text)
+    problems = differences(expected, installed())
     if problems:
         raise LockDrift(f"environment differs from {lock_path}: " + "; ".join(problems[:20])
                         + (f"; and {len(problems) - 20} more" if len(problems) > 20 else ""))
+    return {"lock": str(lock_path), "lock_sha256": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
+            "packages": len(expected), "result": "exact"}

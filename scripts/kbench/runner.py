@@ -66,8 +66,10 @@ def run(spec: dict, context: dict) -> dict:
                   "platform": platform.platform(), "hostname": socket.gethostname()}
     backend = workload = losses = None
     try:
-        if os.environ.get("KBENCH_LOCK"):       # set by the launcher: the lock this environment was built from
-            lockcheck.verify(os.environ["KBENCH_LOCK"])
+        # KBENCH_LOCK is set by the launcher (venv) or the image: the lock this environment was built from. The record
+        # says which lock was checked, so a cell that skipped the check is visible.
+        provenance["lock_check"] = (lockcheck.verify(os.environ["KBENCH_LOCK"]) if os.environ.get("KBENCH_LOCK")
+                                    else None)
         adapter = adapters.load(spec["framework_def"]["adapter"])
         backend = adapter.backend()
         workload = adapter.build(spec)
@@ -85,11 +87,12 @@ def run(spec: dict, context: dict) -> dict:
         result["timing"] = timed_result(steps, workload)
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result["params"] = {"total": workload.params_total, "trainable": workload.params_trainable}
+        result["numerics"] = {f"{kind}_dtype": name for kind, name in workload.dtypes().items()}
     result["loss"] = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
     result["memory"] = {"peak_host_rss_bytes": peak_rss_bytes(),
                         "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}
     if backend:
-        result["provenance"].update(backend=backend.name, device=backend.device_name(),
+        result["provenance"].update(backend=backend.name, device=backend.device_name(), sync=backend.sync_name,
                                     packages=backend.package_versions())
     result["provenance"]["finished_utc"] = cell.utc_now()
     return result
@@ -105,8 +108,16 @@ def timed_result(steps: timing.StepTimes, workload) -> dict:
         "step_ms": steps.step_ms,
         "window_ms": steps.window_ms,
         "examples_per_s": workload.examples_per_step * per_second,
-        "tokens_per_s": workload.tokens_per_step * per_second if workload.tokens_per_step else None,
+        **generated(steps, workload, per_second),
     }
+
+
+def generated(steps: timing.StepTimes, workload, per_second: float) -> dict:
+    """Generate cells: the new tokens the last timed step's output holds, and tokens/s from that count."""
+    if workload.generated_tokens is None:
+        return {"generated_tokens_per_step": None, "tokens_per_s": None}
+    tokens = workload.generated_tokens(steps.last_output)
+    return {"generated_tokens_per_step": tokens, "tokens_per_s": tokens * per_second}
 
 
 def peak_rss_bytes() -> int:

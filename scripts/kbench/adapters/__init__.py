@@ -18,7 +18,11 @@ class Workload:
     params_total: int
     params_trainable: int
     examples_per_step: int             # batch size as seen by the step
-    tokens_per_step: int = 0           # generated tokens per step (generate tasks only)
+    # The dtypes the step really runs in, read from the model, its autocast context or its dtype policy after the
+    # steps ran (never copied from the spec): {"weights": "float32", "compute": "bfloat16"}.
+    dtypes: Callable[[], dict[str, str]]
+    # Generate tasks: how many new tokens a step's output holds (counted in the output, not taken from config).
+    generated_tokens: Callable[[Any], int] | None = None
 
 
 @dataclass
@@ -26,9 +30,15 @@ class Backend:
     """Framework-level hooks shared by every model of a family."""
     name: str                          # the compute backend as results name it: jax, tensorflow, torch, numpy
     sync: Callable[[Any], None]        # block until the device finished the work behind a step's output
+    sync_name: str                     # what sync calls, as the cell records it (e.g. "jax.block_until_ready")
     device_name: Callable[[], str]
     peak_device_memory_bytes: Callable[[], int | None]
     package_versions: Callable[[], dict[str, str]]
+
+
+def dtype_name(dtype) -> str:
+    """torch.bfloat16, tf.float32, np.dtype('float16'), "float32" -> "bfloat16", "float32", "float16"."""
+    return str(getattr(dtype, "name", dtype)).removeprefix("torch.")
 
 
 def load(adapter_name: str):

@@ -23,6 +23,7 @@ def jax_hooks() -> dict:
         stats = dev.memory_stats() if dev.platform != "cpu" else None
         return stats.get("peak_bytes_in_use") if stats else None
     return {"sync": jax.block_until_ready,   # non-array leaves (python floats from train_on_batch) pass through
+            "sync_name": "jax.block_until_ready",
             "device_name": lambda: dev.device_kind if dev.platform != "cpu" else "cpu",
             "peak_device_memory_bytes": peak}
 
@@ -30,12 +31,12 @@ def jax_hooks() -> dict:
 def tf_hooks() -> dict:
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
-
-    def sync(_):
-        # GPU kernels run asynchronously; on CPU eager execution is synchronous unless switched off.
-        if gpus or not tf.config.experimental.get_synchronous_execution():
-            tf.test.experimental.sync_devices()
-    return {"sync": sync,
+    # GPU kernels run asynchronously; on a CPU eager execution is synchronous unless switched off.
+    if gpus or not tf.config.experimental.get_synchronous_execution():
+        sync, sync_name = (lambda _: tf.test.experimental.sync_devices()), "tf.test.experimental.sync_devices"
+    else:
+        sync, sync_name = (lambda _: None), "none: TensorFlow runs synchronously on this CPU"
+    return {"sync": sync, "sync_name": sync_name,
             "device_name": lambda: tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
             if gpus else "cpu",
             "peak_device_memory_bytes": lambda: tf.config.experimental.get_memory_info("GPU:0")["peak"]
@@ -45,6 +46,7 @@ def tf_hooks() -> dict:
 def torch_hooks() -> dict:
     import torch
     cuda = torch.cuda.is_available()
-    return {"sync": lambda _: torch.cuda.synchronize() if cuda else None,
+    return {"sync": (lambda _: torch.cuda.synchronize()) if cuda else (lambda _: None),
+            "sync_name": "torch.cuda.synchronize" if cuda else "none: torch runs synchronously on a CPU",
             "device_name": lambda: torch.cuda.get_device_name(0) if cuda else "cpu",
             "peak_device_memory_bytes": lambda: torch.cuda.max_memory_allocated() if cuda else None}

@@ -66,7 +66,8 @@ def _mistral(spec, rng):
         total, trainable = _count(model)
         return Workload(step=lambda: model.generate(x, stop_token_ids=None), params_total=total,
                         params_trainable=trainable, examples_per_step=spec["batch_size"],
-                        tokens_per_step=spec["batch_size"] * spec["task_options"]["new_tokens"])
+                        dtypes=lambda: _keras_fit.dtypes(model),
+                        generated_tokens=_keras_fit.generated_tokens(spec["task_options"]["prompt_length"]))
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])
     x, y, sample_weight = data.causal_lm_fit(spec, rng)
     return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce(), sample_weight=sample_weight)
@@ -122,7 +123,8 @@ def _fit(model, x, y, spec, optimizer, loss, sample_weight=None) -> Workload:
     # The step returns the loss (keras-nlp tasks compile with default metrics: the dict names it).
     return Workload(step=lambda: tf.keras.Model.train_on_batch(model, x, y, sample_weight=sample_weight,
                                                                return_dict=True)["loss"],
-                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
+                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+                    dtypes=lambda: _keras_fit.dtypes(model))
 
 
 def _optimizer(spec, kind):
@@ -143,7 +145,7 @@ def _predict(model, x, spec) -> Workload:
     x = _to_device(x)
     total, trainable = _count(model)
     return Workload(step=lambda: forward(x), params_total=total, params_trainable=trainable,
-                    examples_per_step=spec["batch_size"])
+                    examples_per_step=spec["batch_size"], dtypes=lambda: _keras_fit.dtypes(model))
 
 
 def _to_device(tree):

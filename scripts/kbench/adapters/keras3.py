@@ -74,10 +74,10 @@ def _causal_lm(spec, rng):
         x = _to_device(data.causal_lm_prompt(spec, rng))
         model.compile(sampler="greedy", jit_compile=spec["framework_def"]["jit_compile"])
         total, trainable = _count(model)
-        new_tokens = spec["task_options"]["new_tokens"]
         return Workload(step=lambda: model.generate(x, stop_token_ids=None), params_total=total,
                         params_trainable=trainable, examples_per_step=spec["batch_size"],
-                        tokens_per_step=spec["batch_size"] * new_tokens)
+                        dtypes=lambda: _keras_fit.dtypes(model),
+                        generated_tokens=_keras_fit.generated_tokens(spec["task_options"]["prompt_length"]))
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])   # freezes everything but the LoRA factors
     x, y, sample_weight = data.causal_lm_fit(spec, rng)
     return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce(), sample_weight=sample_weight)
@@ -132,7 +132,8 @@ def _fit(model, x, y, spec, optimizer, loss, sample_weight=None) -> Workload:
     x, y, sample_weight = _to_device((x, y, sample_weight))
     total, trainable = _count(model)
     return Workload(step=lambda: model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)["loss"],
-                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
+                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+                    dtypes=lambda: _keras_fit.dtypes(model))
 
 
 def _optimizer(spec, kind):
@@ -149,7 +150,8 @@ def _logits_ce():
 def _predict(model, x, spec) -> Workload:
     total, trainable = _count(model)
     return Workload(step=_compiled_forward(model, _to_device(x), spec["framework_def"]["jit_compile"]),
-                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
+                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+                    dtypes=lambda: _keras_fit.dtypes(model))
 
 
 def _compiled_forward(model, x, jit):

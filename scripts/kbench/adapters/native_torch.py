@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from kbench import models
-from kbench.adapters import Backend, NotSupported, Workload, _hooks
+from kbench.adapters import Backend, NotSupported, Workload, _hooks, dtype_name
 
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "diffusers", "segment-anything")
 COMPILE_MODE = "reduce-overhead"     # the anchor's mode: CUDA graphs on a GPU, plain inductor on a CPU
@@ -102,13 +102,16 @@ def _generate(model, rng, spec, device):
     prompt = torch.as_tensor(rng.integers(1, arch["vocabulary_size"], (n, opts["prompt_length"])), device=device)
     mask = torch.ones_like(prompt)
     model.to(device).eval()
+    seen = {}
 
     def step():
         with torch.no_grad():
+            _note_compute_dtype(seen, device, model)
             return model.generate(input_ids=prompt, attention_mask=mask, generation_config=config)
     total, trainable = _count(model)
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=n,
-                    tokens_per_step=n * opts["new_tokens"])
+                    dtypes=_dtypes(model, seen),
+                    generated_tokens=lambda out: out.shape[0] * (out.shape[1] - prompt.shape[1]))
 
 
 def _sam(spec, rng, device):
@@ -178,14 +181,17 @@ def _stable_diffusion(spec, rng, device):
         rng.standard_normal((n, u["in_channels"], u["sample_size"], u["sample_size"]), dtype="float32"),
         rng.standard_normal((2 * n, arch["text_length"], arch["context_dim"]), dtype="float32")), device)
     forward, autocast = _maybe_compile(unet, spec), _autocast(spec, device)
+    seen = {}
 
     def step():
         with torch.no_grad(), autocast():
+            _note_compute_dtype(seen, device, unet)
             eps_uncond, eps_text = forward(torch.cat([latents] * 2), t, encoder_hidden_states=context).sample.chunk(2)
             eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
             return scheduler.step(eps, t, latents).prev_sample
     total, trainable = _count(unet)
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=n)
+    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=n,
+                    dtypes=_dtypes(unet, seen))
 
 
 _BUILDERS = {"bert": _bert, "gemma": _causal_lm, "mistral": _causal_lm, "sam": _sam,
@@ -222,9 +228,11 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
                                        lr=spec["task_options"]["learning_rate"])
     # Dynamic loss scaling for float16 gradients (bfloat16 has float32's range and needs none).
     scaler = torch.amp.GradScaler(device.type) if spec["precision"] == "mixed_float16" else None
+    seen = {}
 
     def step():
         with autocast():
+            _note_compute_dtype(seen, device, module)
             value = loss(_call(forward, inputs))
         if scaler:
             scaler.scale(value).backward()
@@ -236,19 +244,34 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
         optimizer.zero_grad(set_to_none=True)
         return value.detach()
     total, trainable = _count(module)
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
+    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+                    dtypes=_dtypes(module, seen))
 
 
 def _predict(module, inputs, spec) -> Workload:
     device = _device_of(inputs)
     module.to(device).eval()
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
+    seen = {}
 
     def step():
         with torch.no_grad(), autocast():
+            _note_compute_dtype(seen, device, module)
             return _call(forward, inputs)
     total, trainable = _count(module)
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"])
+    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+                    dtypes=_dtypes(module, seen))
+
+
+def _note_compute_dtype(seen: dict, device, module) -> None:
+    """Inside a step, once: the dtype its matrix products run in, autocast's where autocast is on, else the weights'."""
+    if "compute" not in seen:
+        on = torch.is_autocast_enabled(device.type)
+        seen["compute"] = dtype_name(torch.get_autocast_dtype(device.type) if on else next(module.parameters()).dtype)
+
+
+def _dtypes(module, seen: dict):
+    return lambda: {"weights": dtype_name(next(module.parameters()).dtype), "compute": seen.get("compute")}
 
 
 def _call(forward, inputs):

@@ -1,27 +1,57 @@
 """A framework-free workload (a NumPy matmul) for checking the harness itself: launch, timing, failure paths.
 
-spec["arch"]: {"matrix_size": N}; spec["task_options"].get("fault"): None | "raise" | "exit" | "abort" | "hang" |
-"overflow" (a fit whose float16 loss overflows to inf, as an fp16 run without loss scaling can);
-spec["task_options"].get("trainable"): how many of the 2*N*N parameters to report trainable (default all).
+spec["arch"]: {"matrix_size": N}; spec["task_options"]:
+  fault: None | "raise" | "exit" | "abort" | "hang" (while building) | "step" (every step raises) | "overflow" (a fit
+         whose float16 loss overflows to inf, as an fp16 run without loss scaling can)
+  trainable: how many of the 2*N*N parameters to report trainable (default all)
+  device_ms: each step also queues this many milliseconds of work on a simulated asynchronous device (a worker
+         thread) and returns at once, as a GPU step does; only the backend's sync waits for that work. A harness that
+         timed without the backend's sync would report the dispatch time, not the work.
 """
 from __future__ import annotations
 
 import os
+import queue
 import signal
+import threading
 import time
 
 import numpy as np
 
-from kbench.adapters import Backend, NotSupported, Workload
+from kbench.adapters import Backend, NotSupported, Workload, dtype_name
+
+
+class AsyncDevice:
+    """A device queue: submit() returns at once, sync() blocks until every submitted job has run."""
+
+    def __init__(self):
+        self.jobs: queue.Queue[float] = queue.Queue()
+        threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self):
+        while True:
+            seconds = self.jobs.get()
+            time.sleep(seconds)
+            self.jobs.task_done()
+
+    def submit(self, seconds: float) -> None:
+        self.jobs.put(seconds)
+
+    def sync(self, _output=None) -> None:
+        self.jobs.join()
+
+
+DEVICE = AsyncDevice()
 
 
 def backend() -> Backend:
-    return Backend(name="numpy", sync=lambda _: None, device_name=lambda: "cpu",
+    return Backend(name="numpy", sync=DEVICE.sync, sync_name="synthetic device queue join", device_name=lambda: "cpu",
                    peak_device_memory_bytes=lambda: None, package_versions=lambda: {"numpy": np.__version__})
 
 
 def build(spec: dict) -> Workload:
-    fault = spec["task_options"].get("fault")
+    options = spec["task_options"]
+    fault = options.get("fault")
     if spec["task"] == "generate":
         raise NotSupported("the synthetic workload has no generate task")
     if fault == "raise":
@@ -35,10 +65,19 @@ def build(spec: dict) -> Workload:
     n = spec["arch"]["matrix_size"]
     rng = np.random.default_rng(spec["seed"])
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    trainable = spec["task_options"].get("trainable", 2 * n * n)
+    trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504
+    device_seconds = options.get("device_ms", 0) / 1e3
+
+    def predict_step():
+        if fault == "step":
+            raise RuntimeError("injected failure in a step")
+        if device_seconds:
+            DEVICE.submit(device_seconds)
+        return a @ b
 
     def fit_step():     # a "loss" in float16, as a half-precision forward pass computes it
-        return np.float16(np.square(a @ b).mean() * scale)
-    return Workload(step=fit_step if spec["task"] == "fit" else lambda: a @ b, params_total=2 * n * n,
-                    params_trainable=trainable, examples_per_step=spec["batch_size"])
+        return np.float16(np.square(predict_step()).mean() * scale)
+    return Workload(step=fit_step if spec["task"] == "fit" else predict_step, params_total=2 * n * n,
+                    params_trainable=trainable, examples_per_step=spec["batch_size"],
+                    dtypes=lambda: {"weights": dtype_name(a.dtype), "compute": dtype_name((a @ b).dtype)})

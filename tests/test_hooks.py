@@ -1,0 +1,79 @@
+"""The device sync of every framework, called through recording stand-ins for jax, torch and tensorflow (the driver
+has none of them): a hook that stopped calling its framework's own sync would let async device work escape the
+timed window on a GPU, and no CPU timing would show it."""
+import sys
+import types
+
+import pytest
+
+from kbench import timing
+from kbench.adapters import _hooks, synthetic
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, name, result=None):
+        def record(*args, **kwargs):
+            self.calls.append((name, args))
+            return result
+        return record
+
+
+@pytest.fixture
+def calls():
+    return Recorder()
+
+
+def install(monkeypatch, name, module):
+    monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_jax_sync_is_block_until_ready(monkeypatch, calls):
+    device = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100", memory_stats=lambda: {})
+    install(monkeypatch, "jax", types.SimpleNamespace(devices=lambda: [device],
+                                                      block_until_ready=calls("block_until_ready")))
+    hooks = _hooks.jax_hooks()
+    hooks["sync"]("step output")
+    assert calls.calls == [("block_until_ready", ("step output",))]
+    assert hooks["sync_name"] == "jax.block_until_ready" and hooks["device_name"]() == "NVIDIA H100"
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_torch_sync_is_cuda_synchronize_on_a_gpu(monkeypatch, calls, cuda):
+    fake_cuda = types.SimpleNamespace(is_available=lambda: cuda, synchronize=calls("synchronize"),
+                                      get_device_name=lambda i: "NVIDIA A100", max_memory_allocated=lambda: 1)
+    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda))
+    hooks = _hooks.torch_hooks()
+    hooks["sync"]("step output")
+    assert calls.calls == ([("synchronize", ())] if cuda else [])
+    assert hooks["sync_name"] == ("torch.cuda.synchronize" if cuda else "none: torch runs synchronously on a CPU")
+
+
+@pytest.mark.parametrize("gpus, synchronous, synced", [(["GPU:0"], True, True), ([], False, True), ([], True, False)])
+def test_tensorflow_sync_is_sync_devices_where_execution_is_asynchronous(monkeypatch, calls, gpus, synchronous,
+                                                                           synced):
+    config = types.SimpleNamespace(
+        list_physical_devices=lambda kind: gpus,
+        experimental=types.SimpleNamespace(get_synchronous_execution=lambda: synchronous,
+                                           get_device_details=lambda d: {"device_name": "NVIDIA A100"},
+                                           get_memory_info=lambda d: {"peak": 5}))
+    tf = types.SimpleNamespace(config=config, test=types.SimpleNamespace(
+        experimental=types.SimpleNamespace(sync_devices=calls("sync_devices"))))
+    install(monkeypatch, "tensorflow", tf)
+    hooks = _hooks.tf_hooks()
+    hooks["sync"]("step output")
+    assert calls.calls == ([("sync_devices", ())] if synced else [])
+    assert hooks["sync_name"].startswith("tf.test.experimental.sync_devices" if synced else "none:")
+
+
+def test_the_synthetic_device_really_runs_behind_the_steps():
+    """The stand-in for a GPU queue the runner tests rely on: without its sync a window closes before the work is
+    done, with it the window holds the work."""
+    def step():
+        synthetic.DEVICE.submit(0.02)
+    unsynced = timing.measure(step, lambda _: None, warmup=0, timed=5).summary()["mean_ms"]
+    synthetic.DEVICE.sync()
+    synced = timing.measure(step, synthetic.DEVICE.sync, warmup=0, timed=5).summary()["mean_ms"]
+    assert unsynced < 5 and synced >= 20
