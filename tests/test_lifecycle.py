@@ -1,48 +1,53 @@
 """The results lifecycle on fixture cells: plots, the HTML report (rendered in headless Chromium), the archive,
 verify (and its tamper cases) and compare."""
 import io
+import json
 import os
 import shutil
 import subprocess
 import tarfile
+from html.parser import HTMLParser
 
 import pytest
 
 from conftest import CONFIG, snakemake
-from kbench import archive, cell, matrix
+from kbench import archive, cell, launch, matrix, timing
 
 FRAMEWORKS = ["native-torch-eager", "keras3-jax"]
 ARGS = ["--config", "suite=tiny", "accelerator=cpu", "runtime=podman", "models=[bert]",
         f"frameworks=[{','.join(FRAMEWORKS)}]", "precisions=[float32]"]
 
 
-def fixture_cell(framework, task, batch, mean_ms, record, keras="3.15.1"):
+def fixture_cell(framework, task, batch, mean_ms, record, keras="3.15.1", runtime="podman"):
     config = {**CONFIG, "accelerator": "cpu"}
     spec = matrix.spec(config, "tiny", "bert", task, batch, "float32", framework)
     packages = {"keras": keras} if framework.startswith("keras3") else {"torch": "2.13.0"}
-    result = cell.new_result(spec, {"runtime": "podman", "environment": record, "device": "cpu",
+    result = cell.new_result(spec, {"runtime": runtime, "environment": record, "device": "cpu",
                                     "packages": packages, "git_commit": "abc"}, "ok")
-    result["timing"] = {"n": 20, "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 1.0,
-                        "min_ms": mean_ms, "max_ms": mean_ms, "first_step_ms": 50 * mean_ms,
-                        "window_ms": 20 * mean_ms, "examples_per_s": 1.0, "tokens_per_s": None,
-                        "step_ms": [mean_ms] * 20}
+    steps = [mean_ms * (0.99 if i % 2 else 1.01) for i in range(20)]      # +-1% around the mean
+    result["timing"] = {**timing.summarize(steps), "first_step_ms": 50 * mean_ms, "window_ms": sum(steps),
+                        "examples_per_s": 1.0, "tokens_per_s": None, "step_ms": steps}
     result["params"] = {"total": 1000, "trainable": 1000}
     result["loss"] = {"first_timed_step": 0.7, "last_timed_step": 0.6} if task == "fit" else None
     return result
 
 
-def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32):
+def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runtime="podman"):
     """Environment records, then cells (newer than every input), as a finished tiny run leaves them."""
     records = {}
     for framework in FRAMEWORKS:
         stack = matrix.stack_of(CONFIG, framework)
-        record = {"stack": stack, "kind": "image", "id": image_id if stack == "keras3-jax" else "sha256:" + "22" * 32,
-                  "image": f"localhost/kbench/{stack}:cpu-x", "lock_sha256": "sha256:" + "33" * 32}
-        cell.write_atomic(results / "images" / f"{stack}.cpu.json", record)
+        if runtime == "podman":
+            record = {"stack": stack, "kind": "image", "image": f"localhost/kbench/{stack}:cpu-x",
+                      "id": image_id if stack == "keras3-jax" else "sha256:" + "22" * 32}
+        else:
+            record = {"stack": stack, "kind": "venv", "prefix": f"/x/.envs/{stack}.cpu"}
+        record["lock_sha256"] = "sha256:" + "33" * 32
+        cell.write_atomic(results / launch.environment_record(runtime, stack, "cpu"), record)
         records[framework] = record
     for (framework, task, batch), mean in ms.items():
         path = results / "cells" / (matrix.Cell("tiny", "bert", task, batch, "float32", framework).cell_id + ".json")
-        cell.write_atomic(path, fixture_cell(framework, task, batch, mean, records[framework], keras))
+        cell.write_atomic(path, fixture_cell(framework, task, batch, mean, records[framework], keras, runtime))
 
 
 MS = {("native-torch-eager", "fit", 32): 80.0, ("keras3-jax", "fit", 32): 100.0,
@@ -69,17 +74,47 @@ def test_plots_are_written_as_png_and_svg(finished_run):
         assert b"<svg" in (finished_run / "plots" / "tiny" / f"{name}.svg").read_bytes()[:2000]
 
 
+class VisibleText(HTMLParser):
+    """The text a reader sees: everything outside <script> and <style> (where the report's raw data sits)."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden, self.parts = 0, []
+
+    def handle_starttag(self, tag, attrs):
+        self.hidden += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self.hidden -= tag in ("script", "style")
+
+    def handle_data(self, data):
+        if not self.hidden:
+            self.parts.append(data)
+
+    def text(self) -> str:
+        return " ".join(" ".join(self.parts).split())
+
+
+def rendered_text(page) -> str:
+    """The page after Chromium ran its JavaScript, reduced to what a reader sees."""
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    parser = VisibleText()
+    parser.feed(dom)
+    return parser.text()
+
+
 @pytest.mark.skipif(not shutil.which("chromium") and not os.environ.get("KBENCH_REQUIRE_CHROMIUM"),
                     reason="needs Debian's chromium (.ci/run installs it and requires this test)")
 def test_report_renders_in_headless_chromium_with_tables_plots_and_run_facts(finished_run):
-    """The report is a JavaScript app: only a browser shows whether it renders. The DOM Chromium dumps after
-    running it must hold the rendered app (navigation, categories) and the workflow description naming the suite."""
-    page = finished_run / "report" / "tiny.html"
-    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
-                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
-    app = dom[dom.index('<div id="app">'):]
-    assert "<nav" in app and all(category in app for category in ("Tables", "Plots", "Run"))
-    assert "suite <strong>tiny</strong>" in app or "suite tiny" in app.replace("<strong>", "").replace("</strong>", "")
+    """The report is a JavaScript app whose content sits in script data until it runs: only the rendered DOM,
+    scripts removed, shows the navigation with our categories, the workflow description with the suite, and the
+    rule graph (drawn by Vega, whose action menu appears only once it has rendered)."""
+    text = rendered_text(finished_run / "report" / "tiny.html")
+    assert "Snakemake Report" in text and "Results Plots Run Tables" in text
+    assert "suite tiny on accelerator cpu , runtime podman" in text
+    assert "Save as SVG" in text
 
 
 def test_run_facts_name_suite_images_and_host(finished_run):
@@ -98,19 +133,24 @@ def test_archive_holds_the_run_and_verifies(finished_run):
     assert archive.main(["verify", str(path)]) == 0
 
 
-def rewrite(source, target, change, extra=None):
+def rewrite(source, target, change, extra=None, remanifest=False):
     """Copy an archive member by member; change(name, data) -> new data, or None to drop the member;
-    extra: {name: data} members to add."""
-    with tarfile.open(source) as old, tarfile.open(target, "w:gz") as new:
-        for member in old.getmembers():
-            data = change(member.name, old.extractfile(member).read())
+    extra: {name: data} members to add; remanifest: write MANIFEST.sha256 anew for the changed files, as a forger
+    who knows the format would."""
+    with tarfile.open(source) as old:
+        members = {m.name: change(m.name, old.extractfile(m).read()) for m in old.getmembers()}
+    members.update(extra or {})
+    if remanifest:
+        top = next(iter(members)).split("/")[0]
+        members[f"{top}/MANIFEST.sha256"] = "".join(
+            f"{archive.sha256_bytes(data)}  {name.removeprefix(top + '/')}\n" for name, data in sorted(members.items())
+            if data is not None and not name.endswith("/MANIFEST.sha256")).encode()
+    with tarfile.open(target, "w:gz") as new:
+        for name, data in members.items():
             if data is not None:
-                member.size = len(data)
-                new.addfile(member, io.BytesIO(data))
-        for name, data in (extra or {}).items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            new.addfile(info, io.BytesIO(data))
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                new.addfile(info, io.BytesIO(data))
 
 
 CELL = "cells/tiny/bert/fit/bs32/float32/keras3-jax.json"
@@ -118,24 +158,31 @@ CELL = "cells/tiny/bert/fit/bs32/float32/keras3-jax.json"
 
 def test_verify_names_one_changed_byte(finished_run, tmp_path):
     def flip(name, data):
-        return data.replace(b'"mean_ms": 100.0', b'"mean_ms": 10.00') if name.endswith(CELL) else data
+        if name.endswith(CELL):
+            assert b'"mean_ms": 100.0,' in data
+            return data.replace(b'"mean_ms": 100.0,', b'"mean_ms": 10.00,')
+        return data
     rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", flip)
-    assert archive.verify(tmp_path / "t.tar.gz") == [f"{CELL}: altered (SHA-256 differs from MANIFEST.sha256)"]
+    problems = archive.verify(tmp_path / "t.tar.gz")
+    assert problems[0] == f"{CELL}: altered (SHA-256 differs from MANIFEST.sha256)"
+    assert f"{CELL}: mean_ms 10.0 is not that of its step_ms (100.0)" in problems
     assert archive.main(["verify", str(tmp_path / "t.tar.gz")]) == 1
 
 
 def test_verify_names_a_removed_file_and_the_table_row_it_leaves_unbacked(finished_run, tmp_path):
     rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz",
             lambda name, data: None if name.endswith(CELL) else data)
-    assert archive.verify(tmp_path / "t.tar.gz") == [f"{CELL}: missing (listed in MANIFEST.sha256)",
-                                                     f"{CELL}: missing (the tables list this cell)"]
+    problems = archive.verify(tmp_path / "t.tar.gz")
+    assert problems[:2] == [f"{CELL}: missing (listed in MANIFEST.sha256)", f"{CELL}: missing (the tables list this cell)"]
+    assert "tables/tiny/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
 
 
 def test_verify_names_an_extra_file(finished_run, tmp_path):
     rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", lambda name, data: data,
             extra={"run1/tables/tiny/better_numbers.csv": b"1,2"})
     assert archive.verify(tmp_path / "t.tar.gz") == [
-        "tables/tiny/better_numbers.csv: extra (not listed in MANIFEST.sha256)"]
+        "tables/tiny/better_numbers.csv: extra (not listed in MANIFEST.sha256)",
+        "tables/tiny/better_numbers.csv: not a table kbench.tables makes"]
 
 
 def test_verify_names_a_cell_whose_image_differs_from_the_record(finished_run, tmp_path):
@@ -144,9 +191,55 @@ def test_verify_names_a_cell_whose_image_differs_from_the_record(finished_run, t
         if name.endswith("images/keras3-jax.cpu.json"):
             return data.replace(b"11" * 32, b"44" * 32)
         return data
-    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", swap)
-    problems = archive.consistency(archive.Run(tmp_path / "t.tar.gz"))
+    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", swap, remanifest=True)
+    problems = archive.verify(tmp_path / "t.tar.gz")
     assert len(problems) == 2 and all("but images/keras3-jax.cpu.json records sha256:4444" in p for p in problems)
+
+
+def test_verify_names_an_edited_mean_even_under_a_rewritten_manifest(finished_run, tmp_path):
+    """A forger edits one cell's mean and writes the manifest anew: the cell's own step times and the tables
+    rebuilt from the cells give it away."""
+    def edit(name, data):
+        if name.endswith(CELL):
+            result = json.loads(data)
+            result["timing"]["mean_ms"] = 10.0
+            return json.dumps(result).encode()
+        return data
+    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
+    problems = archive.verify(tmp_path / "t.tar.gz")
+    assert f"{CELL}: mean_ms 10.0 is not that of its step_ms (100.0)" in problems
+    assert "tables/tiny/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
+    assert "tables/tiny/cells_long.csv: differs from the table rebuilt from the cell JSONs" in problems
+
+
+def test_verify_names_an_edited_table_even_under_a_rewritten_manifest(finished_run, tmp_path):
+    def edit(name, data):
+        return data.replace(b"100.00", b"90.00") if name.endswith("tables/tiny/ms_per_step.csv") else data
+    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
+    assert archive.verify(tmp_path / "t.tar.gz") == [
+        "tables/tiny/ms_per_step.csv: differs from the table rebuilt from the cell JSONs"]
+
+
+def test_verify_checks_venv_cells_against_their_lock_digest(tmp_path):
+    """Host-runtime cells name their venv by lock digest: a cell whose digest is not its record's is named."""
+    results = tmp_path / "results"
+    write_run(results, MS, runtime="host")
+    proc = snakemake("--cores", "1", "--rerun-triggers", "mtime", *ARGS, f"results_dir={results}", "runtime=host")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (results / "report").mkdir(exist_ok=True)
+    (results / "report" / "tiny.html").write_text("<html></html>")
+    archive.pack("venv", "tiny", results, {**CONFIG, "frameworks": FRAMEWORKS, "models": ["bert"]},
+                 results / "report" / "tiny.html", [str(p) for p in (results / "environments").glob("*.json")], [],
+                 tmp_path / "venv.tar.gz")
+    assert archive.verify(tmp_path / "venv.tar.gz") == []
+
+    def swap(name, data):
+        return data.replace(b"33" * 32, b"66" * 32) if name.endswith("environments/keras3-jax.cpu.json") else data
+    rewrite(tmp_path / "venv.tar.gz", tmp_path / "t.tar.gz", swap, remanifest=True)
+    problems = archive.verify(tmp_path / "t.tar.gz")
+    assert len(problems) == 2 and all("ran in lock_sha256 sha256:3333" in p
+                                      and "but environments/keras3-jax.cpu.json records sha256:6666" in p
+                                      for p in problems)
 
 
 def test_compare_marks_changes_noise_packages_images_and_cells_of_one_run(tmp_path):

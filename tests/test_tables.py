@@ -49,6 +49,15 @@ def test_speedup_is_other_over_best_keras3_minus_one(results):
     assert sam["keras3_best"] == "keras3-tensorflow" and pd.isna(sam["vs keras3-jax %"])
 
 
+def test_speedup_row_whose_keras3_cells_all_failed_has_no_best(config, results):
+    failed = cell.error_info("MemoryError", "out of memory")
+    long = tables.long_table([result(config, "sam", "fit", 1, f, status="failed", error=failed) for f in FRAMEWORKS]
+                             + results)
+    table = tables.speedup_table(long, FRAMEWORKS, FRAMEWORKS)
+    assert pd.isna(table.loc[("sam", "fit", 1, "float32"), "keras3_best"])
+    assert table.loc[("bert", "fit", 32, "float32"), "keras3_best"] == "keras3-jax"
+
+
 def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
     paths = []
     for i, r in enumerate(results):

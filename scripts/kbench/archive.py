@@ -23,12 +23,13 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from kbench import cell, launch
+from kbench import cell, launch, matrix, tables, timing
 
 MANIFEST = "MANIFEST.sha256"
 # Changes smaller than this floor (or than twice the two runs' combined standard error) are marked as noise. One run
@@ -203,6 +204,52 @@ def consistency(run: Run) -> list[str]:
         if record.get(key) != environment.get(key):
             problems.append(f"cells/{cell_id}.json: ran in {key} {environment.get(key)}, but {record_name} "
                             f"records {record.get(key)}")
+    for cell_id, result in sorted(cells.items()):
+        problems += [f"cells/{cell_id}.json: {p}" for p in timing_arithmetic(result)]
+    return problems + rebuilt_tables(run, cells)
+
+
+def timing_arithmetic(result: dict) -> list[str]:
+    """An ok cell's statistics must be those of its own per-step times, and the steps must add up to the window:
+    an edited mean (or median, ...) no longer is."""
+    timing_record = result.get("timing")
+    if result["status"] != "ok" or not timing_record:
+        return []
+    steps = timing_record["step_ms"]
+    found = []
+    if len(steps) != result["spec"]["steps"]["timed"]:
+        found.append(f"{len(steps)} per-step times, but the spec times {result['spec']['steps']['timed']} steps")
+    if not math.isclose(sum(steps), timing_record["window_ms"], rel_tol=1e-6):
+        found.append(f"window_ms {timing_record['window_ms']} is not the sum of its step_ms ({sum(steps)})")
+    for key, value in timing.summarize(steps).items():
+        if not math.isclose(timing_record[key], value, rel_tol=1e-9, abs_tol=1e-9):
+            found.append(f"{key} {timing_record[key]} is not that of its step_ms ({value})")
+    return found
+
+
+def rebuilt_tables(run: Run, cells: dict[str, dict]) -> list[str]:
+    """Every table file of the archive must be what kbench.tables makes of the archived cells, with the archived
+    config: a figure edited in a table (or in a cell) shows as a difference even under a regenerated manifest."""
+    config_name = "config.resolved.yaml"
+    if config_name not in run.files:
+        return [f"{config_name}: missing, the tables cannot be rebuilt"]
+    config = yaml.safe_load(run.files[config_name])
+    archived = {name.removeprefix(f"tables/{run.suite}/"): data for name, data in run.files.items()
+                if name.startswith(f"tables/{run.suite}/") and not name.endswith("run_facts.html")}
+    in_run_order = [cells[c.cell_id] for c in matrix.cells(config, run.suite) if c.cell_id in cells]
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i, result in enumerate(in_run_order):
+            paths.append(Path(tmp) / "cells" / f"{i}.json")
+            cell.write_atomic(paths[-1], result)
+        out = Path(tmp) / "tables"
+        tables.build([str(p) for p in paths], config["frameworks"], matrix.keras3_frameworks(config), out,
+                     config["precision_study"]["baseline"], config["precision_study"]["claims"])
+        rebuilt = {p.name: p.read_bytes() for p in out.iterdir()}
+    problems = [f"tables/{run.suite}/{name}: differs from the table rebuilt from the cell JSONs"
+                for name in sorted(set(archived) & set(rebuilt)) if archived[name] != rebuilt[name]]
+    problems += [f"tables/{run.suite}/{name}: missing (kbench.tables makes it)" for name in sorted(set(rebuilt) - set(archived))]
+    problems += [f"tables/{run.suite}/{name}: not a table kbench.tables makes" for name in sorted(set(archived) - set(rebuilt))]
     return problems
 
 

@@ -109,7 +109,8 @@ def speedup_table(long: pd.DataFrame, frameworks: list[str], keras3: list[str]) 
     rows = ok.reindex(index=pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates()))
     candidates = rows.reindex(columns=[f for f in keras3 if f in rows.columns])
     table = pd.DataFrame(index=rows.index)
-    table["keras3_best"] = candidates.idxmin(axis=1, skipna=True) if not candidates.empty else None
+    timed = candidates[candidates.notna().any(axis=1)]      # a row whose Keras 3 cells all failed has no best
+    table["keras3_best"] = timed.idxmin(axis=1).reindex(rows.index) if not timed.empty else None
     best_ms = candidates.min(axis=1, skipna=True)
     table["keras3_best_ms"] = best_ms.round(2)
     for framework in frameworks:
