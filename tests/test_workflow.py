@@ -1,11 +1,13 @@
 """The workflow as a user drives it: dry runs of both suites, and n/a cells that run without any environment."""
+import os
 import re
 import shutil
 
 import pandas as pd
 import pytest
 
-from conftest import REPO, snakemake
+from conftest import CONFIG, REPO, snakemake
+from kbench import matrix
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -50,25 +52,80 @@ def test_configured_not_applicable_rows_need_no_environment(tmp_path):
     assert table["keras2"].str.startswith("n/a: keras-nlp 0.12.1").all() and len(table) == 3
 
 
-def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_tables(tmp_path):
-    """In a copy of the workflow whose every output is up to date, bump one pin of one stack's lock."""
+TINY = ["--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman"]
+
+
+@pytest.fixture(scope="module")
+def up_to_date_template(tmp_path_factory):
+    """A copy of the workflow whose every output of the tiny suite exists and is up to date."""
+    copy = tmp_path_factory.mktemp("workflow")
     for name in ("Snakefile", "config.yaml", "rules", "schemas", "envs", "scripts", "containers"):
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, tmp_path / name)
-    args = ["--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman"]
-    summary = snakemake("--summary", *args, cwd=tmp_path).stdout.splitlines()
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, copy / name)
+    summary = snakemake("--summary", *TINY, cwd=copy).stdout.splitlines()
     for line in summary[summary.index(next(l for l in summary if l.startswith("output_file"))) + 1:]:
-        output = tmp_path / line.split("\t")[0]
+        output = copy / line.split("\t")[0]
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text("{}")
-    assert snakemake("--touch", *args, cwd=tmp_path).returncode == 0     # mtimes in DAG order: all up to date
-    assert "Nothing to be done" in snakemake("-n", *args, cwd=tmp_path).stdout
+    # mtimes in DAG order and every job's metadata (params, input checksums), as a finished run leaves them
+    assert snakemake("--touch", "--forceall", *TINY, cwd=copy).returncode == 0
+    assert "Nothing to be done" in snakemake("-n", *TINY, cwd=copy).stdout
+    return copy
 
-    lock = tmp_path / "envs" / "keras3-jax.cpu.lock"
+
+@pytest.fixture
+def up_to_date(up_to_date_template, tmp_path):
+    """A fresh copy of the up-to-date workflow for one test to change (copytree keeps the mtimes)."""
+    shutil.copytree(up_to_date_template, tmp_path / "w")
+    return tmp_path / "w"
+
+
+def edit(path):
+    """A real change (Snakemake 9 skips inputs whose mtime changed but whose checksum did not)."""
+    path.write_text(path.read_text() + "\n# changed\n")
+
+
+def planned_cells(plan: str) -> list[str]:
+    return [path for path in re.findall(r"output: (\S+)", plan) if path.startswith("results/cells/")]
+
+
+def runnable_cells(**where) -> list[str]:
+    """The tiny suite's cell JSONs whose framework has the given framework_defs values (e.g. stack=...)."""
+    config = {**CONFIG, "accelerator": "cpu"}
+    return sorted(f"results/cells/{c.cell_id}.json" for c in matrix.cells(config, "tiny") if not c.not_applicable
+                  and all(config["framework_defs"][c.framework][k] == v for k, v in where.items()))
+
+
+def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_tables(up_to_date):
+    lock = up_to_date / "envs" / "keras3-jax.cpu.lock"
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
-    plan = snakemake("-n", *args, cwd=tmp_path).stdout
-    assert job_counts(plan) == {"stack_image": 1, "cell": 19, "tables": 1, "plots": 1, "run_facts": 1, "all": 1,
-                                "total": 24}
-    rebuilt = re.findall(r"output: (\S+)", plan)
-    assert "results/images/keras3-jax.cpu.json" in rebuilt
-    cells = [path for path in rebuilt if path.startswith("results/cells/")]
-    assert len(cells) == 19 and all(path.endswith("/keras3-jax.json") for path in cells)
+    plan = snakemake("-n", *TINY, cwd=up_to_date).stdout
+    cells = runnable_cells(stack="keras3-jax")
+    assert job_counts(plan) == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
+                                "all": 1, "total": len(cells) + 5}
+    assert "results/images/keras3-jax.cpu.json" in re.findall(r"output: (\S+)", plan)
+    assert sorted(planned_cells(plan)) == cells
+
+
+def test_a_changed_lock_digest_alone_reruns_that_stacks_cells(up_to_date):
+    """The lock's content, not its mtime: a lock restored from a backup (old mtime, new pins) still reruns its
+    stack's cells, through the cells' lock_sha256 param."""
+    lock = up_to_date / "envs" / "keras3-torch.cpu.lock"
+    stat = lock.stat()
+    lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
+    os.utime(lock, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    plan = snakemake("-n", *TINY, "--rerun-triggers", "params", cwd=up_to_date).stdout
+    assert sorted(planned_cells(plan)) == runnable_cells(stack="keras3-torch")
+    assert "Params have changed since last execution" in plan
+
+
+@pytest.mark.parametrize("adapter", ["keras3", "native_torch", "keras2"])
+def test_a_changed_adapter_reruns_exactly_its_columns(up_to_date, adapter):
+    edit(up_to_date / "scripts" / "kbench" / "adapters" / f"{adapter}.py")
+    plan = snakemake("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date).stdout
+    assert sorted(planned_cells(plan)) == runnable_cells(adapter=adapter)
+
+
+def test_a_changed_timer_reruns_every_runnable_cell(up_to_date):
+    edit(up_to_date / "scripts" / "kbench" / "timing.py")
+    plan = snakemake("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date).stdout
+    assert sorted(planned_cells(plan)) == runnable_cells()
