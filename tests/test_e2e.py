@@ -1,4 +1,8 @@
-"""Real tiny cells, run by Snakemake in podman images and in host venvs (both built from the locks on first use)."""
+"""Real tiny cells, run by Snakemake in podman images and in host venvs (both built from the locks on first use).
+
+Every real cell of every run here is checked against the invariants a trustworthy number needs (its steps add up to
+its window, its mean is window / steps, it ran the dtypes its precision names, it checked its lock, a fit learned).
+"""
 import json
 import math
 import socket
@@ -6,6 +10,7 @@ import tarfile
 
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import CONFIG, REPO, snakemake
 from kbench import envs, launch, matrix
@@ -15,17 +20,31 @@ pytestmark = pytest.mark.e2e
 RUNS = {"podman": (["bert", "sam"], ["native-torch-eager", "native-torch-compiled", "keras2", "keras3-jax",
                                      "keras3-tensorflow"]),
         "host": (["bert"], ["keras3-jax", "keras3-tensorflow"])}
+# The LLM and diffusion families (LoRA fit, generate, pure bfloat16; VAE fit, guided denoising) in one column per
+# family: generate at batch 1 only, to keep CI short.
+FAMILIES = (["gemma", "stable_diffusion"], ["native-torch-eager", "keras3-jax", "keras3-torch"])
+FAMILIES_CONFIG = {"model_defs": {"gemma": {"sizes": {"tiny": {"batch_sizes": {"generate": [1]}}}}}}
 BACKENDS = {"native-torch-eager": "torch", "native-torch-compiled": "torch", "keras2": "tensorflow",
-            "keras3-jax": "jax", "keras3-tensorflow": "tensorflow"}
+            "keras3-jax": "jax", "keras3-tensorflow": "tensorflow", "keras3-torch": "torch"}
+# What each backend's sync is on a CPU: JAX dispatches asynchronously there too; torch and TF eager do not.
+SYNC_ON_CPU = {"jax": "jax.block_until_ready", "torch": "none: torch runs synchronously on a CPU",
+               "tensorflow": "none: TensorFlow runs synchronously on this CPU"}
+# precision -> (weights dtype, compute dtype) a cell must report having run in
+DTYPES = {"float32": ("float32", "float32"), "mixed_float16": ("float32", "float16"),
+          "mixed_bfloat16": ("float32", "bfloat16"), "bfloat16": ("bfloat16", "bfloat16")}
 ALL_FRAMEWORKS = CONFIG["frameworks"]
 MIXED = ["float32", "mixed_float16", "mixed_bfloat16"]
 FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-keras", "2.21.0"),
                      "keras3": ("keras", "3.15.1")}
 
 
-def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",)):
+def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None):
     results = tmp_path_factory.mktemp(f"results-{runtime}")
-    proc = snakemake("--cores", "all", "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
+    extra = []
+    if overlay:
+        (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+        extra = ["--configfile", str(results / "overlay.yaml")]
+    proc = snakemake("--cores", "all", *extra, "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
                      f"results_dir={results}", f"models=[{','.join(models)}]", f"frameworks=[{','.join(frameworks)}]",
                      f"precisions=[{','.join(precisions)}]", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-5000:]
@@ -48,8 +67,19 @@ def precision_run(tmp_path_factory):
     return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED)
 
 
+@pytest.fixture(scope="module")
+def families_run(tmp_path_factory):
+    return run_tiny("podman", tmp_path_factory, *FAMILIES, precisions=["float32", "bfloat16"],
+                    overlay=FAMILIES_CONFIG)
+
+
 @pytest.fixture(params=list(RUNS))
 def tiny_run(request):
+    return request.getfixturevalue(f"{request.param}_run")
+
+
+@pytest.fixture(params=["podman", "host", "precision", "families"])
+def any_run(request):
     return request.getfixturevalue(f"{request.param}_run")
 
 
@@ -86,6 +116,52 @@ def test_cells_record_backend_environment_and_timing(tiny_run):
         if framework_def["jit_compile"]:       # XLA / torch.compile: the compile lands in the first step only
             assert timing["first_step_ms"] > 3 * timing["median_ms"]
         assert result["params"]["total"] >= result["params"]["trainable"] > 0
+
+
+def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
+    runtime, models, frameworks, results = any_run
+    found = cells(results)
+    assert found
+    for result in found:
+        spec, timing, prov = result["spec"], result["timing"], result["provenance"]
+        where = result["cell_id"]
+        assert result["status"] == "ok", (where, result["error"])
+        # the timed window: exactly the timed steps, each step's time accounted for once
+        assert timing["n"] == len(timing["step_ms"]) == spec["steps"]["timed"], where
+        assert math.isclose(sum(timing["step_ms"]), timing["window_ms"], rel_tol=1e-9), where
+        assert math.isclose(timing["mean_ms"], timing["window_ms"] / spec["steps"]["timed"], rel_tol=1e-9), where
+        # the arithmetic the precision names, as the cell observed it (not copied from its spec)
+        weights, compute = DTYPES[spec["precision"]]
+        assert result["numerics"] == {"weights_dtype": weights, "compute_dtype": compute}, where
+        # the environment was checked against the stack's lock, and the backend's own sync closed the window
+        lock = REPO / "envs" / f"{spec['framework_def']['stack']}.cpu.lock"
+        assert prov["lock_check"]["lock_sha256"] == envs.sha256_file(lock) and prov["lock_check"]["result"] == "exact"
+        assert prov["sync"] == SYNC_ON_CPU[BACKENDS[spec["framework"]]], where
+        assert result["memory"]["peak_host_rss_bytes"] > 50 * 2**20, where
+        if spec["task"] == "fit":      # the same batch every step: a model that learns lowers its loss
+            assert result["loss"]["last_timed_step"] < result["loss"]["first_timed_step"], (where, result["loss"])
+        if spec["task"] == "generate":  # tokens counted in the output: batch x new tokens, every step
+            tokens = spec["batch_size"] * spec["task_options"]["new_tokens"]
+            assert timing["generated_tokens_per_step"] == tokens, where
+            assert math.isclose(timing["tokens_per_s"], tokens * 1e3 / timing["mean_ms"]), where
+        else:
+            assert timing["tokens_per_s"] is None
+
+
+def test_llm_and_diffusion_families_ran_in_every_family_of_columns(families_run):
+    runtime, models, frameworks, results = families_run
+    found = {result["cell_id"]: result for result in cells(results)}
+    assert {(r["spec"]["model"], r["spec"]["task"], r["spec"]["framework"]) for r in found.values()} == {
+        (model, task, framework) for model, tasks in (("gemma", ("fit", "generate")),
+                                                      ("stable_diffusion", ("fit", "predict")))
+        for task in tasks for framework in frameworks}
+    for result in found.values():
+        if result["spec"]["model"] == "gemma":
+            assert result["spec"]["precision"] == "bfloat16"       # pure bf16: bf16 weights (asserted above)
+        if result["spec"]["task"] == "fit" and result["spec"]["model"] == "gemma":   # LoRA trains its factors only
+            assert 0 < result["params"]["trainable"] < result["params"]["total"] / 10, result["params"]
+    table = pd.read_csv(results / "tables" / "tiny" / "ms_per_step.csv")
+    assert (table[frameworks].astype(float) > 0).all().all()
 
 
 def test_keras2_lora_that_trains_nothing_is_failed_not_timed(podman_run, tmp_path):
