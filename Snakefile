@@ -23,4 +23,4 @@ rule all:
     input:
         table_files(config["suite"]),
         plot_files(config["suite"]),
-        f"{RESULTS}/tables/{config['suite']}/run_facts.html",
+        results("tables", config["suite"], "run_facts.html"),

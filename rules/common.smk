@@ -1,44 +1,47 @@
 import glob
 import json
 import os
+import shlex
 import shutil
 import sys
 
 from snakemake.utils import validate
 
-# kbench is importable here (matrix) and in every job's Python (launch, tables, envs).
+# kbench is importable here (matrix) and, through the shell prefix, in every job: rule scripts and `python -m kbench.*`
+# run with the driver's Python (the venv Snakemake was started from) and the repo's scripts/ on the path.
 SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SCRIPTS, os.environ.get("PYTHONPATH")]))
-PYTHON = sys.executable
+shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import envs, launch, matrix
+from kbench import envs, matrix, precision, records, tables
 
 validate(config, "../schemas/config.schema.yaml")
 matrix.check_references(config)
 RESULTS = config["results_dir"]
-os.makedirs(f"{RESULTS}/report", exist_ok=True)     # `snakemake --report results/report/<suite>.html` writes here
+os.makedirs(os.path.join(RESULTS, "report"), exist_ok=True)     # `snakemake --report results/report/<suite>.html`
 # auto: podman where it is installed, else the host venvs. The runtime a cell used is in its JSON.
 RUNTIME = config["runtime"] if config["runtime"] != "auto" else ("podman" if shutil.which("podman") else "host")
-
-TABLE_NAMES = ["ms_per_step", "speedup", "params", "precision", "precision_speedup"]
-TABLES = [f"{name}.{fmt}" for name in TABLE_NAMES for fmt in ("csv", "md", "html")] + ["cells_long.csv"]
 PLOTS = [f"{name}.{fmt}" for name in ("ms_per_step", "speedup", "first_step") for fmt in ("png", "svg")]
 
 
 wildcard_constraints:
     suite="|".join(config["suites"]),
     model="|".join(config["model_defs"]),
-    task="fit|predict|generate",
+    task="|".join(matrix.TASKS),
     batch=r"\d+",
-    precision="float32|bfloat16|mixed_float16|mixed_bfloat16",
+    precision=precision.pattern(),
     framework="|".join(config["framework_defs"]),
     stack="[a-z0-9-]+",
     accelerator="gpu|cpu",
 
 
+def results(*parts):
+    """A path under the configured results_dir: the one place outputs are placed."""
+    return os.path.join(RESULTS, *parts)
+
+
 def cell_json(cell):
-    return f"{RESULTS}/cells/{cell.cell_id}.json"
+    return results("cells", f"{cell.cell_id}.json")
 
 
 def cell_of(wildcards):
@@ -55,7 +58,7 @@ def environment_record(wildcards):
 
 
 def stack_record(stack):
-    return f"{RESULTS}/" + launch.environment_record(RUNTIME, stack, config["accelerator"])
+    return results(records.path(RUNTIME, stack, config["accelerator"]))
 
 
 def stack_lock_digest(wildcards):
@@ -69,8 +72,9 @@ def harness_sources(wildcards):
     """The code a cell runs: a change to the timer, the runner or the cell's adapter reruns the cells it touches."""
     if cell_of(wildcards).not_applicable:
         return []
-    adapter = config["framework_defs"][wildcards.framework]["adapter"]
-    core = ["cell", "runner", "timing", "models", "adapters/__init__", f"adapters/{adapter}"]
+    adapter = matrix.adapter_of(config, wildcards.framework)
+    core = ["cell", "files", "runner", "timing", "lockcheck", "models", "precision", "adapters/__init__",
+            f"adapters/{adapter}"]
     shared = sorted(glob.glob("scripts/kbench/adapters/_[!_]*.py"))    # helpers used by several adapters
     return [f"scripts/kbench/{name}.py" for name in core] + shared
 
@@ -81,11 +85,11 @@ def cell_spec(wildcards):
 
 
 def table_files(suite):
-    return [f"{RESULTS}/tables/{suite}/{name}" for name in TABLES]
+    return [results("tables", suite, name) for name in tables.OUTPUTS]
 
 
 def plot_files(suite):
-    return [f"{RESULTS}/plots/{suite}/{name}" for name in PLOTS]
+    return [results("plots", suite, name) for name in PLOTS]
 
 
 def in_report(path, category):
@@ -96,7 +100,7 @@ def in_report(path, category):
 
 def image_archives(suite):
     """OCI archives of the suite's stack images (podman save); docker and apptainer run the images podman built."""
-    return [f"{RESULTS}/images/{s}.{config['accelerator']}.oci.tar" for s in suite_stacks(suite)]
+    return [results("images", f"{s}.{config['accelerator']}.oci.tar") for s in suite_stacks(suite)]
 
 
 def suite_stacks(suite):

@@ -3,11 +3,11 @@ rule environment:
     input:
         lock="envs/{stack}.{accelerator}.lock",
     output:
-        record=RESULTS + "/environments/{stack}.{accelerator}.json",
+        record=results("environments/{stack}.{accelerator}.json"),
     log:
-        RESULTS + "/logs/environments/{stack}.{accelerator}.log",
+        results("logs/environments/{stack}.{accelerator}.log"),
     params:
         prefix=".envs/{stack}.{accelerator}",
     shell:
-        "{PYTHON} -m kbench.envs --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
+        "python -m kbench.envs --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
         "--lock {input.lock} --prefix {params.prefix} --record {output.record} > {log} 2>&1"

@@ -1,15 +1,15 @@
 rule base_image:
     """The base every stack image starts from: Debian built here with mmdebstrap, or an image pinned by digest."""
     output:
-        record=RESULTS + "/images/base.json",
+        record=results("images/base.json"),
     log:
-        RESULTS + "/logs/images/base.log",
+        results("logs/images/base.log"),
     params:
         source=config["containers"]["base"],
         packages=",".join(config["containers"]["base_packages"]),
         epoch=config["containers"]["source_date_epoch"],
     shell:
-        "{PYTHON} -m kbench.images base --source {params.source} --packages {params.packages} --epoch {params.epoch} "
+        "python -m kbench.images base --source {params.source} --packages {params.packages} --epoch {params.epoch} "
         "--record {output.record} > {log} 2>&1"
 
 
@@ -21,14 +21,14 @@ rule stack_image:
         recipe="containers/Containerfile",
         base=rules.base_image.output.record,
     output:
-        record=RESULTS + "/images/{stack}.{accelerator}.json",
+        record=results("images/{stack}.{accelerator}.json"),
     log:
-        RESULTS + "/logs/images/{stack}.{accelerator}.log",
+        results("logs/images/{stack}.{accelerator}.log"),
     params:
         epoch=config["containers"]["source_date_epoch"],
         uv_cache=config["containers"]["uv_cache"],
     shell:
-        "{PYTHON} -m kbench.images stack --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
+        "python -m kbench.images stack --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
         "--base-record {input.base} --epoch {params.epoch} --uv-cache {params.uv_cache} --record {output.record} "
         "> {log} 2>&1"
 
@@ -36,41 +36,41 @@ rule stack_image:
 rule export_image:
     """An archive for a GPU host without a registry: oci (podman load, apptainer build) or docker (docker load)."""
     input:
-        record=RESULTS + "/images/{stack}.{accelerator}.json",
+        record=results("images/{stack}.{accelerator}.json"),
     output:
-        RESULTS + "/images/{stack}.{accelerator}.{format}.tar",
+        results("images/{stack}.{accelerator}.{format}.tar"),
     log:
-        RESULTS + "/logs/images/{stack}.{accelerator}.{format}.export.log",
+        results("logs/images/{stack}.{accelerator}.{format}.export.log"),
     wildcard_constraints:
         format="oci|docker",
     params:
         format=lambda wildcards: f"{wildcards.format}-archive",
     shell:
-        "{PYTHON} -m kbench.images export --record {input.record} --format {params.format} --out {output} > {log} 2>&1"
+        "python -m kbench.images export --record {input.record} --format {params.format} --out {output} > {log} 2>&1"
 
 
 rule docker_image:
     input:
-        record=RESULTS + "/images/{stack}.{accelerator}.json",
-        archive=RESULTS + "/images/{stack}.{accelerator}.docker.tar",
+        record=results("images/{stack}.{accelerator}.json"),
+        archive=results("images/{stack}.{accelerator}.docker.tar"),
     output:
-        record=RESULTS + "/images/{stack}.{accelerator}.docker.json",
+        record=results("images/{stack}.{accelerator}.docker.json"),
     log:
-        RESULTS + "/logs/images/{stack}.{accelerator}.docker.log",
+        results("logs/images/{stack}.{accelerator}.docker.log"),
     shell:
-        "{PYTHON} -m kbench.images docker-load --image-record {input.record} --archive {input.archive} "
+        "python -m kbench.images docker-load --image-record {input.record} --archive {input.archive} "
         "--record {output.record} > {log} 2>&1"
 
 
 rule sif_image:
     input:
-        record=RESULTS + "/images/{stack}.{accelerator}.json",
-        archive=RESULTS + "/images/{stack}.{accelerator}.oci.tar",
+        record=results("images/{stack}.{accelerator}.json"),
+        archive=results("images/{stack}.{accelerator}.oci.tar"),
     output:
-        sif=RESULTS + "/images/{stack}.{accelerator}.sif",
-        record=RESULTS + "/images/{stack}.{accelerator}.sif.json",
+        sif=results("images/{stack}.{accelerator}.sif"),
+        record=results("images/{stack}.{accelerator}.sif.json"),
     log:
-        RESULTS + "/logs/images/{stack}.{accelerator}.sif.log",
+        results("logs/images/{stack}.{accelerator}.sif.log"),
     shell:
-        "{PYTHON} -m kbench.images sif --image-record {input.record} --archive {input.archive} --sif {output.sif} "
+        "python -m kbench.images sif --image-record {input.record} --archive {input.archive} --sif {output.sif} "
         "--record {output.record} > {log} 2>&1"

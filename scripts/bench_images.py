@@ -54,7 +54,7 @@ def main() -> int:
         base_ids.append(base["id"])
         print(f"base build {attempt + 1}: {base['build_seconds']} s, {base['size_bytes'] / 1e6:.0f} MB, {base['id']}")
     if not args.base:                           # reuse the base the pipeline built
-        images.cell.write_atomic(work / "base.json", {"kind": "base", "image": base_image, **images.inspect(base_image)})
+        images.records.write(work / "base.json", {"kind": "base", "image": base_image, **images.inspect(base_image)})
 
     # Own tags, so the images (and records) of the pipeline are never replaced by this benchmark.
     uv_cache = work / "uv-cache"                # empty for the cold build, filled by it for the warm one

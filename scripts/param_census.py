@@ -19,7 +19,7 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kbench import cell, launch, matrix, tables  # noqa: E402
+from kbench import files, launch, matrix, records, tables  # noqa: E402
 
 def census(config: dict, framework: str, size: str, runtime: str, results: Path) -> list[dict]:
     suite = next(name for name, suite in config["suites"].items() if suite["size"] == size)
@@ -31,7 +31,7 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     if not specs:
         return []
     stack = matrix.stack_of(config, framework)
-    environment = cell.read(results / launch.environment_record(runtime, stack, config["accelerator"]))
+    environment = records.read(results / records.path(runtime, stack, config["accelerator"]))
     out = results / "census" / size / f"{framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = launch.command(runtime, environment, out, module="kbench.census", name=f"kbench-census-{framework}")
@@ -40,7 +40,7 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     by_id = {spec["cell_id"]: spec for spec in specs}
     return [{**{k: by_id[c["cell_id"]][k] for k in ("model", "task", "precision", "framework")}, "batch_size": 1,
              "params_total": c.get("total"), "params_trainable": c.get("trainable"), "error": c.get("error")}
-            for c in cell.read(out)["counts"]]
+            for c in files.read_json(out)["counts"]]
 
 
 def main(argv=None) -> int:
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     frameworks = args.frameworks.split(",") if args.frameworks else config["frameworks"]
     results = launch.REPO / config["results_dir"]
     long = pd.DataFrame([row for fw in frameworks for row in census(config, fw, args.size, args.runtime, results)])
-    table = tables.params_table(long.assign(status="ok"), frameworks).reset_index().drop(columns="batch_size")
+    table = tables.params_table(long, frameworks).reset_index().drop(columns="batch_size")
     errors = long.dropna(subset=["error"])
     (results / "census" / f"{args.size}.csv").write_text(table.to_csv(index=False))
     markdown = table.to_markdown(index=False) + "\n"

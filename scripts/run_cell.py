@@ -3,8 +3,8 @@ from kbench import cell, launch
 
 params = snakemake.params  # noqa: F821 (injected by Snakemake)
 if params.not_applicable:
-    cell.write_atomic(snakemake.output[0], cell.new_result(  # noqa: F821
-        params.spec, {"runtime": None}, "unsupported", cell.error_info("NotApplicable", params.not_applicable)))
+    cell.new_result(params.spec, {"runtime": None}, "unsupported",
+                    cell.error_info("NotApplicable", params.not_applicable)).write(snakemake.output[0])  # noqa: F821
     open(snakemake.log[0], "w").write(f"n/a: {params.not_applicable}\n")  # noqa: F821
 else:
     launch.run_cell(params.spec, params.runtime, snakemake.input.environment, snakemake.output[0],  # noqa: F821

@@ -12,6 +12,7 @@ def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
     return {"cell_id": f"test/synthetic/{task}/bs4/synthetic", "suite": "test", "size": "tiny", "model": "synthetic",
             "task": task, "batch_size": 4, "framework": "synthetic", "precision": "float32",
             "framework_def": {"stack": "driver", "adapter": "synthetic", "env": {}, "jit_compile": False}, "env": {},
+            "dtypes": {"weights": "float64", "compute": "float64", "loss_scaling": False},
             "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault, **task_options},
             "steps": {"warmup": 1, "timed": timed}, "seed": 0}
 
@@ -38,50 +39,50 @@ def test_fit_that_trains_the_wrong_parameters_fails_before_timing(tmp_path, driv
     spec = synthetic_spec("step")        # any step that ran would fail the cell with "injected failure in a step"
     spec["task_options"].update(task_options)
     result = run(tmp_path, driver_environment, spec)
-    assert result["status"] == "failed" and result["error"]["type"] == error_type, result["error"]
-    assert result["timing"] is None
-    assert result["params"] == {"total": 2 * 64 * 64, "trainable": task_options["trainable"]}
+    assert result.status == "failed" and result.error["type"] == error_type, result.error
+    assert result.timing is None
+    assert result.params == {"total": 2 * 64 * 64, "trainable": task_options["trainable"]}
 
 
 def test_lora_fit_with_only_adapter_parameters_trainable_runs(tmp_path, driver_environment):
     spec = synthetic_spec()
     spec["task_options"].update(lora_rank=4, trainable=512)
-    assert run(tmp_path, driver_environment, spec)["status"] == "ok"
+    assert run(tmp_path, driver_environment, spec).status == "ok"
 
 
 def test_fit_records_its_loss_at_the_first_and_last_timed_step(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec())
-    assert result["status"] == "ok"
-    losses = result["loss"]
+    assert result.status == "ok"
+    losses = result.loss
     assert set(losses) == {"first_timed_step", "last_timed_step"} and 0 < losses["first_timed_step"] < 65504
 
 
 def test_fit_whose_float16_loss_overflows_is_failed_with_its_losses(tmp_path, driver_environment):
     """Injected overflow: the synthetic fit's float16 loss goes past 65504 and becomes inf."""
     result = run(tmp_path, driver_environment, synthetic_spec("overflow"))
-    assert result["status"] == "failed" and result["error"]["type"] == "NonFiniteLoss"
-    assert result["error"]["message"] == "non-finite loss: first timed step inf, last timed step inf"
-    assert result["timing"] is None and result["loss"]["last_timed_step"] == float("inf")
+    assert result.status == "failed" and result.error["type"] == "NonFiniteLoss"
+    assert result.error["message"] == "non-finite loss: first timed step inf, last timed step inf"
+    assert result.timing is None and result.loss["last_timed_step"] == float("inf")
 
 
 def test_the_runner_times_the_device_work_behind_each_step(tmp_path, driver_environment):
     """Each step queues 20 ms on the synthetic asynchronous device and returns at once: only the backend's own sync
     brings that work into the window. A runner that timed with any other sync would report ~0 ms."""
     result = run(tmp_path, driver_environment, synthetic_spec(task="predict", timed=10, device_ms=20))
-    assert result["status"] == "ok", result["error"]
-    timing = result["timing"]
+    assert result.status == "ok", result.error
+    timing = result.timing
     assert 20 <= timing["mean_ms"] < 40 and timing["window_ms"] >= 200
-    assert result["provenance"]["sync"] == "synthetic device queue join"
+    assert result.provenance["sync"] == "synthetic device queue join"
 
 
 def test_cells_record_the_dtypes_their_steps_ran_in(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec(task="predict"))
-    assert result["numerics"] == {"weights_dtype": "float64", "compute_dtype": "float64"}
+    assert result.numerics == {"weights_dtype": "float64", "compute_dtype": "float64"}
 
 
 def test_predict_records_no_loss(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec(task="predict"))
-    assert result["status"] == "ok" and result["loss"] is None
+    assert result.status == "ok" and result.loss is None
 
 
 def test_host_command_runs_the_runner_in_the_stack_python():
@@ -136,17 +137,17 @@ def test_podman_gets_the_shipped_containers_conf_and_host_the_lock():
 
 def test_ok_cell_has_the_contract_fields(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec())
-    assert result["status"] == "ok", result["error"]
-    timing = result["timing"]
+    assert result.status == "ok", result.error
+    timing = result.timing
     assert len(timing["step_ms"]) == timing["n"] == 5 and len(timing["warmup_ms"]) == 1
     assert timing["mean_ms"] == pytest.approx(sum(timing["step_ms"]) / 5)
     assert timing["examples_per_s"] == pytest.approx(4 * 1e3 / timing["mean_ms"])
-    assert result["params"] == {"total": 2 * 64 * 64, "trainable": 2 * 64 * 64}
-    assert result["memory"]["peak_host_rss_bytes"] > 10 * 2**20
-    prov = result["provenance"]
+    assert result.params == {"total": 2 * 64 * 64, "trainable": 2 * 64 * 64}
+    assert result.memory["peak_host_rss_bytes"] > 10 * 2**20
+    prov = result.provenance
     assert prov["runtime"] == "host" and prov["device"] == "cpu" and "numpy" in prov["packages"]
     assert prov["python"].startswith("3.") and prov["hostname"] and prov["git_commit"]
-    assert result["spec_digest"] == cell.spec_digest(synthetic_spec())
+    assert result.spec_digest == cell.spec_digest(synthetic_spec())
     assert cell.read(tmp_path / "cell.json") == result
 
 
@@ -157,13 +158,13 @@ def test_ok_cell_has_the_contract_fields(tmp_path, driver_environment):
 ])
 def test_failures_become_failed_cells(tmp_path, driver_environment, fault, error_type, message):
     result = run(tmp_path, driver_environment, synthetic_spec(fault))
-    assert result["status"] == "failed" and result["timing"] is None
-    assert result["error"]["type"] == error_type and message in result["error"]["message"]
+    assert result.status == "failed" and result.timing is None
+    assert result.error["type"] == error_type and message in result.error["message"]
 
 
 def test_a_hanging_cell_is_killed_at_the_timeout(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec("hang"), timeout_s=3)
-    assert result["status"] == "failed" and result["error"]["type"] == "Timeout"
+    assert result.status == "failed" and result.error["type"] == "Timeout"
 
 
 def test_an_environment_that_drifted_from_its_lock_fails_the_cell(tmp_path, driver_environment):
@@ -172,15 +173,16 @@ def test_an_environment_that_drifted_from_its_lock_fails_the_cell(tmp_path, driv
     record = json.loads(driver_environment.read_text())
     driver_environment.write_text(json.dumps({**record, "lock": str(lock)}))
     result = run(tmp_path, driver_environment, synthetic_spec())
-    assert result["status"] == "failed" and result["error"]["type"] == "LockDrift"
-    message = result["error"]["message"]
+    assert result.status == "failed" and result.error["type"] == "LockDrift"
+    message = result.error["message"]
     assert "numpy: lock 0.0.1, installed" in message and "keras==3.15.1 in the lock but not installed" in message
     assert "installed but not in the lock" in message and message.index("numpy:") < message.index("keras==")
 
 
 def test_unsupported_task_is_reported_not_failed(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec(task="generate"))
-    assert result["status"] == "unsupported" and "no generate task" in result["error"]["message"]
+    assert result.status == "unsupported"
+    assert result.error["message"] == "synthetic adapter has no synthetic generate (it runs: synthetic fit/predict)"
 
 
 def test_image_transport_commands_for_hosts_without_podman():

@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 
 from conftest import CONFIG, snakemake
-from kbench import archive, cell, launch, matrix, timing
+from kbench import archive, cell, compare, matrix, records, timing
 
 FRAMEWORKS = ["native-torch-eager", "keras3-jax"]
 ARGS = ["--config", "suite=tiny", "accelerator=cpu", "runtime=podman", "models=[bert]",
@@ -25,16 +25,16 @@ def fixture_cell(framework, task, batch, mean_ms, record, keras="3.15.1", runtim
     result = cell.new_result(spec, {"runtime": runtime, "environment": record, "device": "cpu",
                                     "packages": packages, "git_commit": "abc"}, "ok")
     steps = [mean_ms * (0.99 if i % 2 else 1.01) for i in range(20)]      # +-1% around the mean
-    result["timing"] = {**timing.summarize(steps), "first_step_ms": 50 * mean_ms, "window_ms": sum(steps),
+    result.timing = {**timing.summarize(steps), "first_step_ms": 50 * mean_ms, "window_ms": sum(steps),
                         "examples_per_s": 1.0, "tokens_per_s": None, "step_ms": steps}
-    result["params"] = {"total": 1000, "trainable": 1000}
-    result["loss"] = {"first_timed_step": 0.7, "last_timed_step": 0.6} if task == "fit" else None
+    result.params = {"total": 1000, "trainable": 1000}
+    result.loss = {"first_timed_step": 0.7, "last_timed_step": 0.6} if task == "fit" else None
     return result
 
 
 def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runtime="podman"):
     """Environment records, then cells (newer than every input), as a finished tiny run leaves them."""
-    records = {}
+    environments = {}
     for framework in FRAMEWORKS:
         stack = matrix.stack_of(CONFIG, framework)
         if runtime == "podman":
@@ -43,11 +43,11 @@ def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runti
         else:
             record = {"stack": stack, "kind": "venv", "prefix": f"/x/.envs/{stack}.cpu"}
         record["lock_sha256"] = "sha256:" + "33" * 32
-        cell.write_atomic(results / launch.environment_record(runtime, stack, "cpu"), record)
-        records[framework] = record
+        records.write(results / records.path(runtime, stack, "cpu"), record)
+        environments[framework] = record
     for (framework, task, batch), mean in ms.items():
         path = results / "cells" / (matrix.Cell("tiny", "bert", task, batch, "float32", framework).cell_id + ".json")
-        cell.write_atomic(path, fixture_cell(framework, task, batch, mean, records[framework], keras, runtime))
+        fixture_cell(framework, task, batch, mean, environments[framework], keras, runtime).write(path)
 
 
 MS = {("native-torch-eager", "fit", 32): 80.0, ("keras3-jax", "fit", 32): 100.0,
@@ -229,8 +229,8 @@ def test_verify_checks_venv_cells_against_their_lock_digest(tmp_path):
     (results / "report").mkdir(exist_ok=True)
     (results / "report" / "tiny.html").write_text("<html></html>")
     archive.pack("venv", "tiny", results, {**CONFIG, "frameworks": FRAMEWORKS, "models": ["bert"]},
-                 results / "report" / "tiny.html", [str(p) for p in (results / "environments").glob("*.json")], [],
-                 tmp_path / "venv.tar.gz")
+                 results / "report" / "tiny.html", [str(p) for p in (results / "cells").rglob("*.json")],
+                 [str(p) for p in (results / "environments").glob("*.json")], [], tmp_path / "venv.tar.gz")
     assert archive.verify(tmp_path / "venv.tar.gz") == []
 
     def swap(name, data):
@@ -247,7 +247,7 @@ def test_compare_marks_changes_noise_packages_images_and_cells_of_one_run(tmp_pa
     new = {**MS, ("keras3-jax", "fit", 32): 120.0, ("keras3-jax", "predict", 256): 205.0}
     del new[("native-torch-eager", "predict", 256)]
     write_run(tmp_path / "new", new, keras="3.15.0", image_id="sha256:" + "55" * 32)
-    table = archive.compare(archive.Run(tmp_path / "old", "tiny"), archive.Run(tmp_path / "new", "tiny"))
+    table = compare.compare(archive.Run(tmp_path / "old", "tiny"), archive.Run(tmp_path / "new", "tiny"))
     rows = table.set_index("cell")
     fit = rows.loc["tiny/bert/fit/bs32/float32/keras3-jax"]
     assert (fit["old ms"], fit["new ms"], fit["change %"], fit["verdict"]) == (100.0, 120.0, 20.0, "slower")
@@ -261,8 +261,18 @@ def test_compare_marks_changes_noise_packages_images_and_cells_of_one_run(tmp_pa
 
 def test_noise_band_ignores_the_drain_step_and_widens_with_step_spread():
     def timed(steps):
-        return {"timing": {"step_ms": steps, "mean_ms": sum(steps) / len(steps), "n": len(steps)}}
+        result = fixture_cell("keras3-jax", "fit", 32, 100.0, {})
+        result.timing = {"step_ms": steps, "mean_ms": sum(steps) / len(steps), "n": len(steps)}
+        return result
     steady = timed([100.0] * 19 + [2000.0])                # one drain step: no spread that counts
-    assert archive.noise_band_pct(steady, steady, 10.0) == 10.0
+    assert compare.noise_band_pct(steady, steady, 10.0) == 10.0
     jumpy = timed([50.0, 150.0] * 10)                      # every step 50% off the median
-    assert archive.noise_band_pct(jumpy, jumpy, 10.0) > 40
+    assert compare.noise_band_pct(jumpy, jumpy, 10.0) > 40
+
+
+def test_compare_of_a_results_directory_needs_its_suite_only_when_it_holds_several(tmp_path):
+    write_run(tmp_path / "one", MS)
+    assert archive.Run(tmp_path / "one").suite == "tiny"
+    (tmp_path / "one" / "cells" / "paper").mkdir()
+    with pytest.raises(ValueError, match="give --suite; cells/ holds suites: paper, tiny"):
+        archive.Run(tmp_path / "one")

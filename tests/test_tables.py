@@ -11,11 +11,11 @@ def result(config, model, task, batch, framework, mean_ms=None, status="ok", err
     spec = matrix.spec(config, "tiny", model, task, batch, precision, framework)
     out = cell.new_result(spec, {"runtime": "host", "device": "cpu", "packages": {"keras": "3.15.1"}}, status, error)
     if status == "ok":
-        out["timing"] = {"n": 3, "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 0.0,
+        out.timing = {"n": 3, "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 0.0,
                          "min_ms": mean_ms, "max_ms": mean_ms, "first_step_ms": 900.0, "window_ms": 3 * mean_ms,
                          "examples_per_s": batch * 1e3 / mean_ms, "tokens_per_s": None, "step_ms": [mean_ms] * 3}
-        out["params"] = {"total": 1000, "trainable": 1000}
-        out["memory"] = {"peak_host_rss_bytes": 2**30, "peak_device_bytes": None}
+        out.params = {"total": 1000, "trainable": 1000}
+        out.memory = {"peak_host_rss_bytes": 2**30, "peak_device_bytes": None}
     return out
 
 
@@ -62,8 +62,8 @@ def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
     paths = []
     for i, r in enumerate(results):
         paths.append(tmp_path / "cells" / f"{i}.json")
-        cell.write_atomic(paths[-1], r)
-    tables.build([str(p) for p in paths], FRAMEWORKS, FRAMEWORKS, tmp_path / "tables")
+        r.write(paths[-1])
+    tables.build([cell.read(p) for p in paths], FRAMEWORKS, FRAMEWORKS, tmp_path / "tables")
     long = pd.read_csv(tmp_path / "tables" / "cells_long.csv")
     assert len(long) == 6 and set(long.status) == {"ok", "failed", "unsupported"}
     assert {"median_ms", "p90_ms", "stdev_ms", "first_step_ms", "params_total", "peak_host_rss_mib",
@@ -76,7 +76,7 @@ def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
 def counted(config, framework, total, trainable, model="gemma", task="fit", batch=8, status="ok"):
     out = result(config, model, task, batch, framework, 10.0, status=status,
                  error=None if status == "ok" else cell.error_info("LoRANotApplied", "nothing trainable"))
-    out["params"] = {"total": total, "trainable": trainable}
+    out.params = {"total": total, "trainable": trainable}
     return out
 
 
@@ -154,6 +154,6 @@ def test_precision_markdown_has_one_section_per_model_task(tmp_path, study):
 
 def test_cells_long_carries_precision_and_losses(config):
     out = result(config, "resnet50", "fit", 128, "keras3-jax", 10.0, precision="mixed_float16")
-    out["loss"] = {"first_timed_step": 6.9, "last_timed_step": 6.2}
+    out.loss = {"first_timed_step": 6.9, "last_timed_step": 6.2}
     row = tables.long_table([out]).iloc[0]
     assert (row.precision, row.loss_first, row.loss_last) == ("mixed_float16", 6.9, 6.2)

@@ -1,13 +1,11 @@
-"""A finished run as one verifiable file, and the diff of two runs.
+"""A finished run as one verifiable file.
 
-    facts    the run's facts page for the report: suite, host, devices, the image (or venv) of every stack
     pack     results/ -> <run_id>.tar.gz: cells, logs, tables, plots, report, resolved config, locks and container
              recipes, environment records (image IDs), optionally the OCI images, run.json (git commit, host, GPU),
              and MANIFEST.sha256 listing the SHA-256 of every other file
-    verify   an archive against its manifest (altered, missing and extra files are named) and against itself
-             (every cell in the tables has its JSON, every cell ran in the image its record names)
-    compare  two runs (archives or results directories): per cell old and new ms/step, % change, the packages and
-             images that changed, and whether the change is inside the run-to-run noise
+    verify   an archive against its manifest (altered, missing and extra files are named) and against itself: every
+             cell in the tables has its JSON, every cell ran in the environment its stack's record names, every
+             cell's statistics are those of its own step times, and every table is what the archived cells give
 """
 from __future__ import annotations
 
@@ -17,10 +15,6 @@ import io
 import json
 import math
 import os
-import platform
-import shutil
-import statistics
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -29,51 +23,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from kbench import cell, launch, matrix, tables, timing
+from kbench import cell, facts, launch, matrix, records, tables, timing
 
 MANIFEST = "MANIFEST.sha256"
-# Changes smaller than this floor (or than twice the two runs' combined standard error) are marked as noise. One run
-# per side cannot show run-to-run spread: on the 2-core CI machine repeats of one tiny cell differed by 2% to 7%
-# (BERT predict), and by up to 40% (keras3-jax BERT fit). A verdict outside the band is a lead; repeat the cell.
-NOISE_FLOOR_PCT = 10.0
-
-
-class VerifyError(Exception):
-    pass
-
-
-# ---------------------------------------------------------------- facts
-
-def host_facts() -> dict:
-    """The machine the workflow ran on (cells in containers report the container's hostname instead)."""
-    facts = {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
-             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
-    if shutil.which("nvidia-smi"):
-        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-        facts["gpus"] = subprocess.run(query, capture_output=True, text=True).stdout.strip().splitlines()
-    else:
-        facts["gpus"] = []
-    return facts
-
-
-def facts(suite: str, environment_records: list[str], cell_paths: list[str], out: Path) -> None:
-    results = [cell.read(p) for p in cell_paths]
-    environments = pd.DataFrame([{k: r.get(k) for k in ("stack", "kind", "image", "id", "lock_sha256", "prefix")}
-                                 for r in map(cell.read, environment_records)])
-    host = host_facts()
-    devices = sorted({r["provenance"].get("device") for r in results if r["provenance"].get("device")})
-    commits = sorted({r["provenance"].get("git_commit") for r in results if r["provenance"].get("git_commit")})
-    runtimes = sorted({r["provenance"].get("runtime") for r in results if r["provenance"].get("runtime")})
-    summary = pd.DataFrame([("suite", suite), ("cells", len(results)),
-                            ("ok / failed / n/a", " / ".join(str(sum(r["status"] == s for r in results))
-                                                            for s in cell.STATUSES)),
-                            ("host", host["hostname"]), ("platform", host["platform"]), ("cpus", host["cpus"]),
-                            ("memory GiB", host["memory_gib"]), ("GPUs", ", ".join(host["gpus"]) or "none"),
-                            ("devices the cells saw", ", ".join(devices)), ("runtime", ", ".join(runtimes)),
-                            ("git commit", ", ".join(commits))], columns=["fact", "value"])
-    out.write_text("<html><body><h2>Run</h2>\n" + summary.to_html(index=False, border=0)
-                   + "\n<h2>Images and environments</h2>\n" + environments.to_html(index=False, border=0, na_rep="")
-                   + "\n</body></html>\n")
 
 
 # ---------------------------------------------------------------- pack
@@ -82,13 +34,20 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, environment_records: list[str],
-         images: list[str], out: Path, repo: Path = launch.REPO) -> None:
-    """Everything a second person needs to check and compare the run, under <run_id>/ in one tar.gz."""
+def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cells: list[str],
+         environment_records: list[str], images: list[str], out: Path, repo: Path = launch.REPO) -> None:
+    """Everything a second person needs to check and compare the run, under <run_id>/ in one tar.gz: the run's own
+    cells and their logs (not other selections' cells lying in the same folders), tables, plots and the rest."""
     files: dict[str, Path | bytes] = {}       # archive path (below <run_id>/) -> source file or content
-    for folder in (f"cells/{suite}", f"logs/cells/{suite}", f"tables/{suite}", f"plots/{suite}"):
+    for cell_path in map(Path, cells):
+        name = cell_path.resolve().relative_to(results.resolve())
+        files[str(name)] = cell_path
+        log = results / "logs" / name.with_suffix(".log")
+        if log.is_file():
+            files[str(log.relative_to(results))] = log
+    for folder in (f"tables/{suite}", f"plots/{suite}"):
         for path in sorted((results / folder).rglob("*")):
-            if path.is_file():
+            if path.is_file() and not path.name.endswith(".tmp"):
                 files[str(path.relative_to(results))] = path
     files[f"report/{suite}.html"] = report
     for record in [*environment_records, *images]:
@@ -99,7 +58,7 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, env
                 files[f"{folder}/{path.name}"] = path
     files["config.resolved.yaml"] = yaml.safe_dump(config, sort_keys=False).encode()
     run = {"run_id": run_id, "suite": suite, "created_utc": cell.utc_now(), "git_commit": launch.git_commit(),
-           "host": host_facts()}
+           "host": facts.host_facts()}
     files["run.json"] = (json.dumps(run, indent=1) + "\n").encode()
 
     manifest = []
@@ -132,13 +91,13 @@ def add(tar: tarfile.TarFile, name: str, source: Path | bytes) -> str:
 # ---------------------------------------------------------------- read an archive or a results directory
 
 class Run:
-    """The files of one run, from an archive (name -> bytes, hashed as read) or a results directory."""
+    """The files of one run, from an archive (name -> bytes, hashed as read) or a results directory (its cells)."""
 
     def __init__(self, source: str | Path, suite: str | None = None):
         self.source = Path(source)
         self.files: dict[str, bytes] = {}
         if self.source.is_dir():
-            self.suite = suite or "paper"
+            self.suite = suite or self._only_suite()
             for path in (self.source / "cells" / self.suite).rglob("*.json"):
                 self.files[str(path.relative_to(self.source))] = path.read_bytes()
             return
@@ -147,14 +106,22 @@ class Run:
                 if member.isfile():
                     top, _, name = member.name.partition("/")
                     self.files[name] = tar.extractfile(member).read()
-        run = json.loads(self.files.get("run.json", b"{}"))
-        self.suite = suite or run.get("suite", "paper")
+        self.suite = suite or json.loads(self.files.get("run.json", b"{}")).get("suite")
+        if not self.suite:
+            raise ValueError(f"{self.source}: run.json names no suite; give --suite")
 
-    def cells(self) -> dict[str, dict]:
+    def _only_suite(self) -> str:
+        """A results directory holds one folder per suite under cells/: without --suite it must hold exactly one."""
+        found = sorted(p.name for p in (self.source / "cells").glob("*") if p.is_dir())
+        if len(found) != 1:
+            raise ValueError(f"{self.source}: give --suite; cells/ holds suites: {', '.join(found) or 'none'}")
+        return found[0]
+
+    def cells(self) -> dict[str, cell.CellResult]:
         prefix = f"cells/{self.suite}/"
-        results = [json.loads(data) for name, data in self.files.items()
+        results = [cell.CellResult.from_json(json.loads(data), name) for name, data in self.files.items()
                    if name.startswith(prefix) and name.endswith(".json")]
-        return {result["cell_id"]: result for result in results}
+        return {result.cell_id: result for result in results}
 
 
 # ---------------------------------------------------------------- verify
@@ -191,34 +158,33 @@ def consistency(run: Run) -> list[str]:
     for cell_id in sorted(set(cells) - in_tables):
         problems.append(f"cells/{cell_id}.json: not in {long_name}")
     for cell_id, result in sorted(cells.items()):
-        prov, spec = result["provenance"], result["spec"]
+        prov, spec = result.provenance, result.spec
         environment = prov.get("environment")
         if not environment:      # n/a cells never start an environment
             continue
-        record_name = launch.environment_record(prov["runtime"], spec["framework_def"]["stack"], spec["accelerator"])
+        record_name = records.path(prov["runtime"], spec["framework_def"]["stack"], spec["accelerator"])
         if record_name not in run.files:
             problems.append(f"{record_name}: missing (cells/{cell_id}.json ran in it)")
             continue
-        record = json.loads(run.files[record_name])
-        key = "id" if environment.get("kind") == "image" else "lock_sha256"
-        if record.get(key) != environment.get(key):
+        key, recorded = records.identity(json.loads(run.files[record_name]))
+        if recorded != environment.get(key):
             problems.append(f"cells/{cell_id}.json: ran in {key} {environment.get(key)}, but {record_name} "
-                            f"records {record.get(key)}")
+                            f"records {recorded}")
     for cell_id, result in sorted(cells.items()):
         problems += [f"cells/{cell_id}.json: {p}" for p in timing_arithmetic(result)]
     return problems + rebuilt_tables(run, cells)
 
 
-def timing_arithmetic(result: dict) -> list[str]:
+def timing_arithmetic(result: cell.CellResult) -> list[str]:
     """An ok cell's statistics must be those of its own per-step times, and the steps must add up to the window:
     an edited mean (or median, ...) no longer is."""
-    timing_record = result.get("timing")
-    if result["status"] != "ok" or not timing_record:
+    timing_record = result.timing
+    if result.status != "ok" or not timing_record:
         return []
     steps = timing_record["step_ms"]
     found = []
-    if len(steps) != result["spec"]["steps"]["timed"]:
-        found.append(f"{len(steps)} per-step times, but the spec times {result['spec']['steps']['timed']} steps")
+    if len(steps) != result.spec["steps"]["timed"]:
+        found.append(f"{len(steps)} per-step times, but the spec times {result.spec['steps']['timed']} steps")
     if not math.isclose(sum(steps), timing_record["window_ms"], rel_tol=1e-6):
         found.append(f"window_ms {timing_record['window_ms']} is not the sum of its step_ms ({sum(steps)})")
     for key, value in timing.summarize(steps).items():
@@ -227,7 +193,7 @@ def timing_arithmetic(result: dict) -> list[str]:
     return found
 
 
-def rebuilt_tables(run: Run, cells: dict[str, dict]) -> list[str]:
+def rebuilt_tables(run: Run, cells: dict[str, cell.CellResult]) -> list[str]:
     """Every table file of the archive must be what kbench.tables makes of the archived cells, with the archived
     config: a figure edited in a table (or in a cell) shows as a difference even under a regenerated manifest."""
     config_name = "config.resolved.yaml"
@@ -238,12 +204,8 @@ def rebuilt_tables(run: Run, cells: dict[str, dict]) -> list[str]:
                 if name.startswith(f"tables/{run.suite}/") and not name.endswith("run_facts.html")}
     in_run_order = [cells[c.cell_id] for c in matrix.cells(config, run.suite) if c.cell_id in cells]
     with tempfile.TemporaryDirectory() as tmp:
-        paths = []
-        for i, result in enumerate(in_run_order):
-            paths.append(Path(tmp) / "cells" / f"{i}.json")
-            cell.write_atomic(paths[-1], result)
         out = Path(tmp) / "tables"
-        tables.build([str(p) for p in paths], config["frameworks"], matrix.keras3_frameworks(config), out,
+        tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out,
                      config["precision_study"]["baseline"], config["precision_study"]["claims"])
         rebuilt = {p.name: p.read_bytes() for p in out.iterdir()}
     problems = [f"tables/{run.suite}/{name}: differs from the table rebuilt from the cell JSONs"
@@ -253,77 +215,11 @@ def rebuilt_tables(run: Run, cells: dict[str, dict]) -> list[str]:
     return problems
 
 
-# ---------------------------------------------------------------- compare
-
-def compare(old: Run, new: Run, noise_floor_pct: float = NOISE_FLOOR_PCT) -> pd.DataFrame:
-    old_cells, new_cells = old.cells(), new.cells()
-    rows = []
-    for cell_id in list(dict.fromkeys([*old_cells, *new_cells])):
-        a, b = old_cells.get(cell_id), new_cells.get(cell_id)
-        row = {"cell": cell_id, "old ms": ms(a), "new ms": ms(b), "change %": None, "verdict": "",
-               "packages changed": package_changes(a, b), "image changed": image_change(a, b)}
-        if a is None or b is None:
-            row["verdict"] = "only in new" if a is None else "only in old"
-        elif a == b:
-            row["verdict"] = "same record (not rerun)"
-        elif row["old ms"] is None or row["new ms"] is None:
-            row["verdict"] = f"old {status(a)}, new {status(b)}"
-        else:
-            change = (row["new ms"] / row["old ms"] - 1) * 100
-            band = noise_band_pct(a, b, noise_floor_pct)
-            row["change %"] = round(change, 1)
-            row["verdict"] = (f"within noise (±{band:.0f}%)" if abs(change) <= band
-                              else "slower" if change > 0 else "faster")
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def ms(result: dict | None) -> float | None:
-    return round(result["timing"]["mean_ms"], 2) if result and result["status"] == "ok" else None
-
-
-def status(result: dict) -> str:
-    if result["status"] == "ok":
-        return "ok"
-    return f"{result['status']}: {(result.get('error') or {}).get('type')}"
-
-
-def noise_band_pct(a: dict, b: dict, floor: float) -> float:
-    """Twice the combined standard error of the two means, as % of the old mean, and never below the run-to-run
-    floor, which one run's step spread cannot show. The spread is robust (median absolute deviation of the per-step
-    times): the last step of an async window carries the drain of all queued work and would swamp a stdev."""
-    def se(timing):
-        steps = timing["step_ms"]
-        median = statistics.median(steps)
-        return 1.4826 * statistics.median(abs(x - median) for x in steps) / math.sqrt(len(steps))
-    return max(floor, 200 * math.hypot(se(a["timing"]), se(b["timing"])) / a["timing"]["mean_ms"])
-
-
-def package_changes(a: dict | None, b: dict | None) -> str:
-    if a is None or b is None:
-        return ""
-    old, new = a["provenance"].get("packages") or {}, b["provenance"].get("packages") or {}
-    return ", ".join(f"{name} {old.get(name, '-')} -> {new.get(name, '-')}" for name in sorted({*old, *new})
-                     if old.get(name) != new.get(name))
-
-
-def image_change(a: dict | None, b: dict | None) -> str:
-    if a is None or b is None:
-        return ""
-    old, new = [(r["provenance"].get("environment") or {}).get("id") for r in (a, b)]
-    return "" if old == new else f"{str(old)[:19]} -> {str(new)[:19]}"
-
-
 # ---------------------------------------------------------------- command line
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("facts", help="the run's facts page (rule run_facts)")
-    p.add_argument("--suite", required=True)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--environments", nargs="*", default=[])
-    p.add_argument("--cells", nargs="*", default=[])
     p = commands.add_parser("pack", help="results -> <run_id>.tar.gz (rule archive)")
     p.add_argument("--run-id", required=True)
     p.add_argument("--suite", required=True)
@@ -331,35 +227,22 @@ def main(argv=None) -> int:
     p.add_argument("--config-json", required=True, type=json.loads)
     p.add_argument("--report", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--cells", nargs="*", default=[])
     p.add_argument("--environments", nargs="*", default=[])
     p.add_argument("--images", nargs="*", default=[])
     p = commands.add_parser("verify", help="check an archive against its manifest and itself")
     p.add_argument("archive", type=Path)
-    p = commands.add_parser("compare", help="old and new run (archives or results directories), per cell")
-    p.add_argument("old")
-    p.add_argument("new")
-    p.add_argument("--suite", help="for a results directory (archives name their own suite)")
-    p.add_argument("--noise-floor", type=float, default=NOISE_FLOOR_PCT, help="percent (default %(default)s)")
-    p.add_argument("--out", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
-
-    if args.command == "facts":
-        facts(args.suite, args.environments, args.cells, args.out)
-    elif args.command == "pack":
-        pack(args.run_id, args.suite, args.results, args.config_json, args.report, args.environments, args.images,
-             args.out)
-    elif args.command == "verify":
-        problems = verify(args.archive)
-        if problems:
-            print(f"verify FAILED: {args.archive}: {len(problems)} problem(s)", file=sys.stderr)
-            print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
-            return 1
-        print(f"verify OK: {args.archive}")
-    else:
-        table = compare(Run(args.old, args.suite), Run(args.new, args.suite), args.noise_floor)
-        if args.out:
-            table.to_csv(args.out, index=False)
-        print(table.astype(object).where(table.notna(), "").to_markdown(index=False))
+    if args.command == "pack":
+        pack(args.run_id, args.suite, args.results, args.config_json, args.report, args.cells, args.environments,
+             args.images, args.out)
+        return 0
+    problems = verify(args.archive)
+    if problems:
+        print(f"verify FAILED: {args.archive}: {len(problems)} problem(s)", file=sys.stderr)
+        print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
+        return 1
+    print(f"verify OK: {args.archive}")
     return 0
 
 

@@ -1,20 +1,29 @@
-"""The cell contract: what one cell's result JSON holds, and how it reaches disk.
+"""The cell contract: one typed record per cell result, the only code that reads or writes a cell JSON.
 
 A result always has status ok | failed | unsupported. `failed` and `unsupported` carry an error (type, message) and no
-timing, so the tables can show "failed: <type>" or "n/a: <reason>" without stopping the other cells. A fit cell records its
-loss at the first and last timed step ("loss"), a cell that built its model its parameter counts ("params").
+timing, so the tables can show "failed: <type>" or "n/a: <reason>" without stopping the other cells. A fit cell records
+its loss at the first and last timed step ("loss"), a cell that built its model its parameter counts ("params") and
+the dtypes its steps ran in ("numerics").
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+
+from kbench import files
 
 SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "unsupported")
+# Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
+_ADDED_SINCE = {2: {"numerics": None}}
+
+
+class SchemaError(ValueError):
+    """A cell JSON this code cannot read (a newer schema, or not a cell record)."""
 
 
 def canonical_json(obj) -> str:
@@ -30,41 +39,98 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def new_result(spec: dict, context: dict, status: str, error: dict | None = None) -> dict:
-    if status not in STATUSES:
-        raise ValueError(f"status {status!r} is not one of {STATUSES}")
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "cell_id": spec["cell_id"],
-        "status": status,
-        "error": error,
-        "spec": spec,
-        "spec_digest": spec_digest(spec),
-        "timing": None,
-        "params": None,
-        "loss": None,
-        "numerics": None,
-        "memory": None,
-        "provenance": dict(context),
-    }
-
-
 def error_info(error_type: str, message: str, detail: str = "") -> dict:
     return {"type": error_type, "message": message, "detail": detail}
 
 
-def write_atomic(path: str | os.PathLike, result: dict) -> None:
-    """Write via a temp file and rename, so a killed cell never leaves half a JSON for the tables to read."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, 0o644)                       # mkstemp makes it private; results are for reading
-    os.replace(tmp, path)
+@dataclass
+class CellResult:
+    cell_id: str
+    status: str
+    spec: dict
+    provenance: dict
+    error: dict | None = None
+    timing: dict | None = None
+    params: dict | None = None
+    loss: dict | None = None
+    numerics: dict | None = None
+    memory: dict | None = None
+    spec_digest: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {STATUSES}")
+        self.spec_digest = self.spec_digest or spec_digest(self.spec)
+
+    # ------------------------------------------------------------ JSON
+
+    @classmethod
+    def from_json(cls, data: dict, source: str = "cell JSON") -> CellResult:
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version != SCHEMA_VERSION and version not in _ADDED_SINCE:
+            raise SchemaError(f"{source}: schema version {version!r}; this code reads {SCHEMA_VERSION} "
+                              f"(and {', '.join(map(str, sorted(_ADDED_SINCE)))}): rerun the cell")
+        data = {**_ADDED_SINCE.get(version, {}), **data, "schema_version": SCHEMA_VERSION}
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> CellResult:
+        return cls.from_json(files.read_json(path), str(path))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write(self, path: str | os.PathLike) -> None:
+        files.write_json(path, self.to_json())
+
+    # ------------------------------------------------------------ views
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self.timing["mean_ms"] if self.status == "ok" and self.timing else None
+
+    def text(self) -> str:
+        """How a table cell shows this result: the mean ms/step, or why there is none."""
+        if self.status == "ok":
+            return f"{self.mean_ms:.2f}"
+        error = self.error or {}
+        if self.status == "unsupported":
+            return f"n/a: {error.get('message')}"
+        return f"failed: {error.get('type')}"
+
+    def row(self) -> dict:
+        """The flat view: every statistic and provenance field a table or a comparison reads, one level deep."""
+        spec, timing, prov = self.spec, self.timing or {}, self.provenance
+        error, params, memory = self.error or {}, self.params or {}, self.memory or {}
+        loss, numerics = self.loss or {}, self.numerics or {}
+        return {
+            "cell_id": self.cell_id, "suite": spec["suite"], "model": spec["model"], "task": spec["task"],
+            "batch_size": spec["batch_size"], "precision": spec["precision"], "framework": spec["framework"],
+            "status": self.status, "error_type": error.get("type"), "error_message": error.get("message"),
+            "text": self.text(),
+            **{k: timing.get(k) for k in ("n", "mean_ms", "median_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms",
+                                          "first_step_ms", "window_ms", "examples_per_s", "tokens_per_s")},
+            "loss_first": loss.get("first_timed_step"), "loss_last": loss.get("last_timed_step"),
+            "weights_dtype": numerics.get("weights_dtype"), "compute_dtype": numerics.get("compute_dtype"),
+            "params_total": params.get("total"), "params_trainable": params.get("trainable"),
+            "peak_host_rss_mib": _mib(memory.get("peak_host_rss_bytes")),
+            "peak_device_mib": _mib(memory.get("peak_device_bytes")),
+            "device": prov.get("device"), "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
+            "environment_lock_sha256": (prov.get("environment") or {}).get("lock_sha256"),
+            "packages": ", ".join(f"{k}=={v}" for k, v in sorted((prov.get("packages") or {}).items())),
+            "spec_digest": self.spec_digest,
+        }
 
 
-def read(path: str | os.PathLike) -> dict:
-    with open(path) as f:
-        return json.load(f)
+def _mib(n: int | None) -> float | None:
+    return None if n is None else round(n / 2**20, 1)
+
+
+def new_result(spec: dict, context: dict, status: str, error: dict | None = None) -> CellResult:
+    return CellResult(cell_id=spec["cell_id"], status=status, spec=spec, provenance=dict(context), error=error)
+
+
+def read(path: str | os.PathLike) -> CellResult:
+    return CellResult.read(path)

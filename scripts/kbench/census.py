@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from kbench import cell
+from kbench import files
 
 
 def shapes_only(adapter_name: str, env: dict):
@@ -41,13 +41,13 @@ def main(argv=None) -> int:
     for spec in specs:
         try:
             with shapes_only(framework_def["adapter"], env):
-                workload = adapter.build(spec)
+                workload = adapters.build(adapter, spec)
             line = {"cell_id": spec["cell_id"], "total": workload.params_total, "trainable": workload.params_trainable}
         except Exception as exc:  # one model that does not build must not hide the others' counts
             line = {"cell_id": spec["cell_id"], "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         print(json.dumps(line), flush=True)
         counts.append(line)
-    cell.write_atomic(out, {"counts": counts})
+    files.write_json(out, {"counts": counts})
     return 0
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kbench import cell
+from kbench import records
 
 PYTHON = "3.11"
 
@@ -41,7 +41,7 @@ def build(stack: str, accelerator: str, lock: Path, prefix: Path, record: Path) 
                              capture_output=True, text=True, check=True).stdout.strip()
     environment = {"stack": stack, "accelerator": accelerator, "kind": "venv", "lock": str(lock),
                    "lock_sha256": sha256_file(lock), "prefix": str(prefix.resolve()), "python": version}
-    cell.write_atomic(record, environment)
+    records.write(record, environment)
     return environment
 
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kbench import cell, envs, launch
+from kbench import envs, launch, records
 
 REPO = launch.REPO
 RECIPE = REPO / "containers" / "Containerfile"
@@ -61,7 +61,7 @@ def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> di
     info = {"kind": "base", "image": image, "source": source, "epoch": epoch, **inspect(image),
             "packages": packages if source == "debian" else None,
             "build_seconds": round(time.monotonic() - started, 1)}
-    cell.write_atomic(record, info)
+    records.write(record, info)
     return info
 
 
@@ -85,7 +85,7 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
     """tag: default derived from the lock's digest; the image benchmark passes its own so it never replaces ours."""
     lock = REPO / "envs" / f"{stack}.{accelerator}.lock"
     lock_sha = envs.sha256_file(lock)
-    base = cell.read(base_record)
+    base = records.read(base_record)
     tag = tag or stack_tag(stack, accelerator, lock_sha)
     uv_cache.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -93,7 +93,7 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
     info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),
             "lock": str(lock.relative_to(REPO)), "lock_sha256": lock_sha, "recipe_sha256": envs.sha256_file(RECIPE),
             "base_id": base["id"], "epoch": epoch, "build_seconds": round(time.monotonic() - started, 1)}
-    cell.write_atomic(record, info)
+    records.write(record, info)
     return info
 
 
@@ -101,7 +101,7 @@ def export(record: Path, fmt: str, out: Path) -> None:
     """An archive to carry the image to a host without a registry (podman load / docker load / apptainer build)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    podman("save", "--quiet", "--format", fmt, "--output", str(out), cell.read(record)["image"])
+    podman("save", "--quiet", "--format", fmt, "--output", str(out), records.read(record)["image"])
 
 
 def docker_load_command(archive: Path) -> list[str]:
@@ -114,22 +114,22 @@ def sif_command(archive: Path, sif: Path) -> list[str]:
 
 def docker_load(image_record: Path, archive: Path, record: Path) -> dict:
     """Load the podman-built image into Docker; its image ID (the config digest) must be the one podman recorded."""
-    source = cell.read(image_record)
+    source = records.read(image_record)
     subprocess.run(docker_load_command(archive), check=True)
     loaded = "sha256:" + subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", source["image"]],
                                         capture_output=True, text=True, check=True).stdout.strip().removeprefix("sha256:")
     if loaded != source["id"]:
         raise RuntimeError(f"docker loaded {loaded} from {archive}, but the image record says {source['id']}")
     info = {**source, "kind": "docker", "archive": str(archive)}
-    cell.write_atomic(record, info)
+    records.write(record, info)
     return info
 
 
 def build_sif(image_record: Path, archive: Path, sif: Path, record: Path) -> dict:
-    source = cell.read(image_record)
+    source = records.read(image_record)
     subprocess.run(sif_command(archive, sif), check=True)
     info = {**source, "kind": "sif", "sif": str(sif.resolve()), "sif_sha256": envs.sha256_file(sif)}
-    cell.write_atomic(record, info)
+    records.write(record, info)
     return info
 
 

@@ -14,7 +14,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from kbench import cell
+from kbench import cell, records
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIMES = ("host", "podman", "docker", "apptainer")
@@ -68,19 +68,6 @@ def process_env(runtime: str, environment: dict | None = None) -> dict[str, str]
     return env
 
 
-# Where each runtime's environment record lives, relative to results_dir (written by the image/venv rules).
-ENVIRONMENT_RECORDS = {
-    "host": "environments/{stack}.{accelerator}.json",
-    "podman": "images/{stack}.{accelerator}.json",
-    "docker": "images/{stack}.{accelerator}.docker.json",
-    "apptainer": "images/{stack}.{accelerator}.sif.json",
-}
-
-
-def environment_record(runtime: str, stack: str, accelerator: str) -> str:
-    return ENVIRONMENT_RECORDS[runtime].format(stack=stack, accelerator=accelerator)
-
-
 def git_commit() -> str:
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -93,9 +80,9 @@ def git_commit() -> str:
 
 
 def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
-             timeout_s: float | None = None) -> dict:
+             timeout_s: float | None = None) -> cell.CellResult:
     out, log = Path(out), Path(log)
-    environment = cell.read(environment_record)
+    environment = records.read(environment_record)
     context = {"runtime": runtime, "environment": environment, "git_commit": git_commit()}
     name = f"kbench-{uuid.uuid4().hex[:12]}"
     argv = command(runtime, environment, out, gpu=spec.get("accelerator") == "gpu", name=name)
@@ -116,7 +103,7 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
     if failure or not out.exists():
         failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
         failure["detail"] = log.read_text()[-4000:]
-        cell.write_atomic(out, cell.new_result(spec, context, "failed", failure))
+        cell.new_result(spec, context, "failed", failure).write(out)
     return cell.read(out)
 
 

@@ -1,13 +1,20 @@
 """Which cells exist: config -> (model x task x batch x precision x framework) for the chosen suite, each runnable
-or n/a.
+or n/a, and the resolved spec a cell process gets.
 
-The JSON schema (schemas/config.schema.yaml) checks shapes and allowed values; this module checks what a schema
-cannot: that names used in one section are defined in another.
+The JSON schema (schemas/config.schema.yaml) checks shapes; this module checks names, in one place: that every name
+used in one section is defined in another (or in kbench.precision), and that the files a name stands for exist (each
+selected stack's lock, each adapter's module). Every message names the key, the bad value and what is allowed.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatch
+from pathlib import Path
+
+from kbench import precision
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = ("fit", "predict", "generate")
 
 
 class ConfigError(ValueError):
@@ -20,7 +27,7 @@ class Cell:
     model: str
     task: str
     batch_size: int
-    precision: str                        # a Keras dtype-policy name: float32, bfloat16, mixed_float16, mixed_bfloat16
+    precision: str                        # a kbench.precision name: float32, bfloat16, mixed_float16, mixed_bfloat16
     framework: str
     not_applicable: str | None = None     # the reason, when the framework cannot run this model/task
 
@@ -29,24 +36,49 @@ class Cell:
         return f"{self.suite}/{self.model}/{self.task}/bs{self.batch_size}/{self.precision}/{self.framework}"
 
 
-def check_references(config: dict) -> None:
-    def require(name: str, known, key: str) -> None:
-        if name not in known:
-            raise ConfigError(f"config key {key}: {name!r} is not defined; allowed: {', '.join(sorted(known))}")
+def _require(name, known, key: str) -> None:
+    if name not in known:
+        raise ConfigError(f"config key {key}: {name!r} is not defined; allowed: {', '.join(map(str, sorted(known)))}")
 
-    require(config["suite"], config["suites"], "suite")
-    size = config["suites"][config["suite"]]["size"]
+
+def check_references(config: dict, repo: Path = REPO) -> None:
+    suites, frameworks, models = config["suites"], config["framework_defs"], config["model_defs"]
+    _require(config["suite"], suites, "suite")
+    size = suites[config["suite"]]["size"]
     for i, framework in enumerate(config["frameworks"]):
-        require(framework, config["framework_defs"], f"frameworks[{i}] (see framework_defs)")
+        _require(framework, frameworks, f"frameworks[{i}] (see framework_defs)")
     for i, model in enumerate(config["models"]):
-        require(model, config["model_defs"], f"models[{i}] (see model_defs)")
-        require(size, config["model_defs"][model]["sizes"], f"model_defs.{model}.sizes (suite {config['suite']!r})")
+        _require(model, models, f"models[{i}] (see model_defs)")
+        _require(size, models[model]["sizes"], f"model_defs.{model}.sizes (suite {config['suite']!r})")
+    for i, name in enumerate(config["precisions"]):
+        _require(name, precision.PRECISIONS, f"precisions[{i}]")
+    for model, model_def in models.items():
+        for i, name in enumerate(model_def["precisions"]):
+            _require(name, precision.PRECISIONS, f"model_defs.{model}.precisions[{i}]")
+    _require(config["precision_study"]["baseline"], precision.PRECISIONS, "precision_study.baseline")
+    adapters = sorted(p.stem for p in (repo / "scripts" / "kbench" / "adapters").glob("[!_]*.py"))
+    for framework in config["frameworks"]:
+        definition = frameworks[framework]
+        _require(definition["adapter"], adapters, f"framework_defs.{framework}.adapter")
+        lock = f"envs/{definition['stack']}.{config['accelerator']}.lock"
+        if not (repo / lock).is_file():
+            raise ConfigError(f"config key framework_defs.{framework}.stack: {definition['stack']!r} has no lock "
+                              f"{lock} for accelerator {config['accelerator']!r}; stacks with one: "
+                              f"{', '.join(stacks_with_lock(config['accelerator'], repo))}")
     for i, rule in enumerate(config["not_applicable"]):
-        require(rule["framework"], config["framework_defs"], f"not_applicable[{i}].framework")
-        require(rule["model"], config["model_defs"], f"not_applicable[{i}].model")
+        _require(rule["framework"], frameworks, f"not_applicable[{i}].framework")
+        _require(rule["model"], models, f"not_applicable[{i}].model")
+        tasks = models[rule["model"]]["tasks"]
+        if not any(fnmatch(task, rule["task"]) for task in tasks):
+            raise ConfigError(f"config key not_applicable[{i}].task: {rule['task']!r} matches no task of "
+                              f"{rule['model']}; allowed: {', '.join(tasks)} or a pattern such as '*'")
     for i, claim in enumerate(config["precision_study"]["claims"]):
-        require(claim["model"], config["model_defs"], f"precision_study.claims[{i}].model")
-        require(claim["task"], config["model_defs"][claim["model"]]["tasks"], f"precision_study.claims[{i}].task")
+        _require(claim["model"], models, f"precision_study.claims[{i}].model")
+        _require(claim["task"], models[claim["model"]]["tasks"], f"precision_study.claims[{i}].task")
+
+
+def stacks_with_lock(accelerator: str, repo: Path = REPO) -> list[str]:
+    return sorted(p.name.removesuffix(f".{accelerator}.lock") for p in (repo / "envs").glob(f"*.{accelerator}.lock"))
 
 
 def not_applicable_reason(config: dict, model: str, task: str, framework: str) -> str | None:
@@ -67,9 +99,9 @@ def cells(config: dict, suite: str | None = None) -> list[Cell]:
         size_def = model_def["sizes"][config["suites"][suite]["size"]]
         for task, task_def in model_def["tasks"].items():
             for batch_size in size_def.get("batch_sizes", {}).get(task, task_def["batch_sizes"]):
-                for precision in precisions:
+                for name in precisions:
                     for framework in config["frameworks"]:
-                        found.append(Cell(suite, model, task, batch_size, precision, framework,
+                        found.append(Cell(suite, model, task, batch_size, name, framework,
                                           not_applicable_reason(config, model, task, framework)))
     return found
 
@@ -78,11 +110,15 @@ def stack_of(config: dict, framework: str) -> str:
     return config["framework_defs"][framework]["stack"]
 
 
+def adapter_of(config: dict, framework: str) -> str:
+    return config["framework_defs"][framework]["adapter"]
+
+
 def keras3_frameworks(config: dict) -> list[str]:
-    return [f for f in config["frameworks"] if config["framework_defs"][f]["adapter"] == "keras3"]
+    return [f for f in config["frameworks"] if adapter_of(config, f) == "keras3"]
 
 
-def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, precision: str,
+def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, precision_name: str,
          framework: str) -> dict:
     """The resolved cell config: everything the cell process needs, and nothing about where it runs."""
     suite = config["suites"][suite_name]
@@ -90,7 +126,7 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
     size_def = model_def["sizes"][suite["size"]]
     task_options = {k: v for k, v in model_def["tasks"][task].items() if k != "batch_sizes"}
     return {
-        "cell_id": Cell(suite_name, model, task, batch_size, precision, framework).cell_id,
+        "cell_id": Cell(suite_name, model, task, batch_size, precision_name, framework).cell_id,
         "suite": suite_name,
         "size": suite["size"],
         "accelerator": config["accelerator"],
@@ -100,7 +136,8 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
         "framework": framework,
         "framework_def": config["framework_defs"][framework],
         "env": {**config["cell_env"], **config["framework_defs"][framework]["env"]},
-        "precision": precision,
+        "precision": precision_name,
+        "dtypes": precision.dtypes(precision_name),      # what the adapters read: never the name
         "arch": size_def["arch"],
         "inputs": size_def["inputs"],
         "task_options": task_options,

@@ -56,7 +56,7 @@ def check_losses(losses: dict | None) -> None:
         raise NonFiniteLoss("non-finite loss: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in losses.items()))
 
 
-def run(spec: dict, context: dict) -> dict:
+def run(spec: dict, context: dict) -> cell.CellResult:
     # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
     # framework is first imported.
     os.environ.update(spec["env"])
@@ -72,7 +72,7 @@ def run(spec: dict, context: dict) -> dict:
                                     else None)
         adapter = adapters.load(spec["framework_def"]["adapter"])
         backend = adapter.backend()
-        workload = adapter.build(spec)
+        workload = adapters.build(adapter, spec)
         check_workload(spec, workload)
         steps = timing.measure(workload.step, backend.sync, spec["steps"]["warmup"], spec["steps"]["timed"])
         losses = timed_losses(spec, steps)
@@ -84,17 +84,17 @@ def run(spec: dict, context: dict) -> dict:
                                  cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
     else:
         result = cell.new_result(spec, provenance, "ok")
-        result["timing"] = timed_result(steps, workload)
+        result.timing = timed_result(steps, workload)
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
-        result["params"] = {"total": workload.params_total, "trainable": workload.params_trainable}
-        result["numerics"] = {f"{kind}_dtype": name for kind, name in workload.dtypes().items()}
-    result["loss"] = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
-    result["memory"] = {"peak_host_rss_bytes": peak_rss_bytes(),
-                        "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}
+        result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
+        result.numerics = {f"{kind}_dtype": name for kind, name in workload.dtypes().items()}
+    result.loss = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
+    result.memory = {"peak_host_rss_bytes": peak_rss_bytes(),
+                     "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}
     if backend:
-        result["provenance"].update(backend=backend.name, device=backend.device_name(), sync=backend.sync_name,
-                                    packages=backend.package_versions())
-    result["provenance"]["finished_utc"] = cell.utc_now()
+        result.provenance.update(backend=backend.name, device=backend.device_name(), sync=backend.sync_name,
+                                 packages=backend.package_versions())
+    result.provenance["finished_utc"] = cell.utc_now()
     return result
 
 
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="result JSON path")
     args = parser.parse_args(argv)
     payload = json.load(sys.stdin)
-    cell.write_atomic(args.out, run(payload["spec"], payload["context"]))
+    run(payload["spec"], payload["context"]).write(args.out)
     return 0
 
 

@@ -21,51 +21,24 @@ from pathlib import Path
 import pandas as pd
 
 from kbench import cell
+from kbench.precision import label as precision_table_label
 
 ROW_KEYS = ["model", "task", "batch_size", "precision"]
 STUDY_KEYS = ["model", "task", "batch_size"]
-SHORT = {"float32": "fp32", "bfloat16": "pure bf16", "mixed_float16": "fp16", "mixed_bfloat16": "bf16"}
 PARITY_TOLERANCE = 0.01
+# The tables build() writes, each as CSV, Markdown and HTML, and the long table (CSV only): the rules' outputs.
+TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup")
+FORMATS = ("csv", "md", "html")
+OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_long.csv"]
 
 
-def long_table(results: list[dict]) -> pd.DataFrame:
-    rows = []
-    for result in results:
-        spec, timing, prov = result["spec"], result["timing"] or {}, result["provenance"]
-        error, params, memory = result["error"] or {}, result["params"] or {}, result["memory"] or {}
-        rows.append({
-            "cell_id": result["cell_id"], "suite": spec["suite"], "model": spec["model"], "task": spec["task"],
-            "batch_size": spec["batch_size"], "precision": spec["precision"], "framework": spec["framework"],
-            "status": result["status"], "error_type": error.get("type"), "error_message": error.get("message"),
-            **{k: timing.get(k) for k in ("n", "mean_ms", "median_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms",
-                                          "first_step_ms", "window_ms", "examples_per_s", "tokens_per_s")},
-            "loss_first": (result.get("loss") or {}).get("first_timed_step"),
-            "loss_last": (result.get("loss") or {}).get("last_timed_step"),
-            "params_total": params.get("total"), "params_trainable": params.get("trainable"),
-            "peak_host_rss_mib": mib(memory.get("peak_host_rss_bytes")),
-            "peak_device_mib": mib(memory.get("peak_device_bytes")),
-            "device": prov.get("device"), "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
-            "environment_lock_sha256": (prov.get("environment") or {}).get("lock_sha256"),
-            "packages": ", ".join(f"{k}=={v}" for k, v in sorted((prov.get("packages") or {}).items())),
-            "spec_digest": result["spec_digest"],
-        })
-    return pd.DataFrame(rows)     # in the order given: the config's order of models, tasks and batches
-
-
-def mib(n: int | None) -> float | None:
-    return None if n is None else round(n / 2**20, 1)
-
-
-def cell_text(row: pd.Series) -> str:
-    if row.status == "ok":
-        return f"{row.mean_ms:.2f}"
-    if row.status == "unsupported":
-        return f"n/a: {row.error_message}"
-    return f"failed: {row.error_type}"
+def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
+    """One row per cell (CellResult.row), in the order given: the config's order of models, tasks and batches."""
+    return pd.DataFrame([result.row() for result in results])
 
 
 def ms_per_step_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
-    wide = long.assign(value=long.apply(cell_text, axis=1)).pivot(index=ROW_KEYS, columns="framework", values="value")
+    wide = long.pivot(index=ROW_KEYS, columns="framework", values="text")
     rows = pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates())
     table = wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
     table["params_parity"] = parity_flags(long).reindex(rows).fillna("")
@@ -132,7 +105,7 @@ def precision_table(long: pd.DataFrame, frameworks: list[str], baseline: str) ->
     keys = STUDY_KEYS + ["framework"]
     if study.empty:
         return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
-    wide = study.assign(value=study.apply(cell_text, axis=1)).pivot(index=keys, columns="precision", values="value")
+    wide = study.pivot(index=keys, columns="precision", values="text")
     precisions = [baseline] + [p for p in study.precision.unique() if p != baseline]
     return wide.reindex(index=_study_rows(study, frameworks), columns=precisions).fillna("")
 
@@ -149,7 +122,7 @@ def precision_speedup_table(long: pd.DataFrame, frameworks: list[str], baseline:
     ms = ms.reindex(index=_study_rows(study, frameworks))
     table = pd.DataFrame(index=ms.index)
     for precision in [p for p in study.precision.unique() if p != baseline]:
-        table[f"{SHORT[baseline]} / {SHORT[precision]} x"] = (ms.get(baseline) / ms.get(precision)).round(2)
+        table[f"{precision_table_label(baseline)} / {precision_table_label(precision)} x"] = (ms.get(baseline) / ms.get(precision)).round(2)
     claimed = {(c["model"], c["task"]): c for c in claims}
     found = [claimed.get((model, task), {}) for model, task, _, _ in table.index]
     table["claimed x"] = [c.get("speedup") for c in found]
@@ -189,10 +162,10 @@ def write(table: pd.DataFrame, out_dir: Path, name: str, by_section: bool = Fals
                                           + table.to_html(na_rep="", border=0) + "\n</body></html>\n")
 
 
-def build(result_paths: list[str], frameworks: list[str], keras3: list[str], out_dir: Path,
+def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
           baseline: str = "float32", claims: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    long = long_table([cell.read(p) for p in result_paths])
+    long = long_table(results)
     long.to_csv(out_dir / "cells_long.csv", index=False)
     write(ms_per_step_table(long, frameworks), out_dir, "ms_per_step")
     write(speedup_table(long, frameworks, keras3), out_dir, "speedup")
@@ -216,7 +189,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("results", nargs="+")
     args = parser.parse_args(argv)
-    build(args.results, comma_list(args.frameworks), comma_list(args.keras3), args.out, args.baseline, args.claims)
+    build([cell.read(p) for p in args.results], comma_list(args.frameworks), comma_list(args.keras3), args.out,
+          args.baseline, args.claims)
     return 0
 
 

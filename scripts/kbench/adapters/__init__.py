@@ -1,10 +1,21 @@
 """One adapter per framework family. An adapter answers one question: how does this framework build this
-model and run one step of this task. It never times and never writes files (kbench.timing and kbench.runner do)."""
+model and run one step of this task. It never times and never writes files (kbench.timing and kbench.runner do).
+
+An adapter module provides:
+  backend() -> Backend                  the framework's hooks (sync, device, memory, versions)
+  prepare(spec) -> dict                 process-wide set-up for the cell (seeds, dtype policy), and the keyword
+                                        arguments every builder of the adapter takes (e.g. the torch device)
+  MODELS: {model: {task: builder}}      builder(spec, rng, **prepared) -> Workload
+build(adapter, spec) is the one dispatch; the inputs come from kbench.adapters._inputs, so every column draws the same
+numbers from the cell's seed.
+"""
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import numpy as np
 
 
 class NotSupported(Exception):
@@ -42,5 +53,25 @@ def dtype_name(dtype) -> str:
 
 
 def load(adapter_name: str):
-    """Import kbench.adapters.<name>; it provides backend() -> Backend and build(spec) -> Workload."""
+    """Import kbench.adapters.<name> (see the module docstring for what it provides)."""
     return importlib.import_module(f"kbench.adapters.{adapter_name.replace('-', '_')}")
+
+
+def supports(adapter, model: str, task: str) -> bool:
+    return task in adapter.MODELS.get(model, {})
+
+
+def build(adapter, spec: dict) -> Workload:
+    """The adapter's workload for the cell, or NotSupported naming what the adapter does run."""
+    if not supports(adapter, spec["model"], spec["task"]):
+        runs = "; ".join(f"{model} {'/'.join(tasks)}" for model, tasks in adapter.MODELS.items())
+        raise NotSupported(f"{adapter.__name__.rsplit('.', 1)[-1]} adapter has no {spec['model']} {spec['task']} "
+                           f"(it runs: {runs})")
+    prepared = adapter.prepare(spec)
+    rng = np.random.default_rng(spec["seed"])      # data: the same numbers in every column (kbench.adapters._inputs)
+    return adapter.MODELS[spec["model"]][spec["task"]](spec, rng, **prepared)
+
+
+def for_tasks(builder, *tasks: str) -> dict:
+    """MODELS entry of a builder that serves several tasks (it reads spec["task"])."""
+    return dict.fromkeys(tasks, builder)

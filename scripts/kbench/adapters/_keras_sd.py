@@ -17,6 +17,28 @@ from keras_cv.src.models.stable_diffusion.diffusion_model import ResBlock, Spati
 from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
 
+from kbench import models
+from kbench.adapters import _inputs, _keras
+
+
+def build(spec, rng, predict, to_device):
+    """The Stable Diffusion cell of either Keras (keras-cv's `keras` is the Keras the adapter runs): fit, as the
+    anchor, the VAE image encoder up to layers[-3] (the 3x3 conv giving 2*latent_channels moments) against random
+    moments; predict, one guided denoising step (the text encoder is not part of the step: random contexts).
+    predict(model, inputs, spec) and to_device(tree) are the adapter's own."""
+    kw = models.keras_cv_sd_kwargs(spec["arch"])
+    if spec["task"] == "fit":
+        encoder = vae_encoder(**kw["vae_encoder"])
+        model = keras.Model(encoder.inputs, encoder.layers[-3].output)
+        images, y = _inputs.sd_fit(spec, rng)
+        return _keras.fit(keras, model, images, y, spec, _keras.optimizer(keras, spec, "adam"),
+                          keras.losses.MeanSquaredError(), to_device)
+    u = kw["unet"]
+    model = guided_denoising_step(unet(**u))
+    latent, context, unconditional = _inputs.sd_denoising(spec, rng)
+    t_emb = timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
+    return predict(model, [latent, t_emb, context, unconditional], spec)
+
 
 def unet(latent_size, latent_channels, block_channels, layers_per_block, num_heads, context_dim, text_length,
          timestep_embedding_dim):

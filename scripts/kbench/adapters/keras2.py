@@ -2,7 +2,7 @@
 Mistral), keras-cv 0.9.0 (SAM, StableDiffusion v1.4), the newest releases with a Keras 2 path, and
 tf.keras.applications (ResNet-50). The cell's precision is a tf.keras mixed-precision policy.
 
-Same models, inputs (kbench.adapters._keras_data) and step kinds as the Keras 3 adapter: one train_on_batch, one
+Same models, inputs and step kinds as the Keras 3 adapter (kbench.adapters._keras): one train_on_batch, one
 tf.function(jit_compile) forward call, or one generate call. What Keras 2 cannot run is n/a in config.yaml (Gemma);
 what it runs wrongly is caught by the runner (enable_lora leaves nothing trainable on Keras 2).
 """
@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from kbench import models
-from kbench.adapters import Backend, NotSupported, Workload, _hooks
-from kbench.adapters import _keras_data as data
-from kbench.adapters import _keras_fit
+from kbench.adapters import Backend, _hooks, _keras, for_tasks
+from kbench.adapters import _inputs as data
 
 _PACKAGES = ("tensorflow", "tf-keras", "keras-nlp", "keras-cv")
 
@@ -27,24 +24,23 @@ def backend() -> Backend:
                    **_hooks.tf_hooks())
 
 
-def build(spec: dict) -> Workload:
+def prepare(spec: dict) -> dict:
     import tensorflow as tf
-    builder = _BUILDERS.get(spec["model"])
-    if builder is None or spec["task"] not in _TASKS[spec["model"]]:
-        raise NotSupported(f"keras2 adapter has no {spec['model']} {spec['task']}")
-    tf.keras.mixed_precision.set_global_policy(spec["precision"])   # the same policy names as Keras 3
-    tf.keras.utils.set_random_seed(spec["seed"])
-    return builder(spec, np.random.default_rng(spec["seed"]))
+    return _keras.prepare(tf.keras, spec)
 
+
+# ---------------------------------------------------------------- models
 
 def _bert(spec, rng):
     import keras_nlp
+    import tensorflow as tf
     backbone = keras_nlp.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]))
     model = keras_nlp.models.BertClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None)
     x, y = data.bert(spec, rng)
     if spec["task"] == "predict":
         return _predict(model, x, spec)
-    return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce())
+    return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "adamw"),
+                      _keras.logits_ce(tf.keras), _to_device)
 
 
 def _resnet50(spec, rng):
@@ -53,24 +49,21 @@ def _resnet50(spec, rng):
     model = tf.keras.applications.ResNet50(weights=None, input_shape=(size, size, 3),
                                            classes=spec["arch"]["num_classes"], classifier_activation=None)
     x, y = data.images_and_labels(spec, rng)
-    return _fit(model, x, y, spec, _optimizer(spec, "sgd"), _logits_ce())
+    return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "sgd"),
+                      _keras.logits_ce(tf.keras), _to_device)
 
 
 def _mistral(spec, rng):
     import keras_nlp
+    import tensorflow as tf
     backbone = keras_nlp.models.MistralBackbone(**models.keras_hub_mistral_kwargs(spec["arch"]))
     model = keras_nlp.models.MistralCausalLM(backbone, preprocessor=None)
     if spec["task"] == "generate":
-        x = _to_device(data.causal_lm_prompt(spec, rng))
-        model.compile(sampler="greedy", jit_compile=spec["framework_def"]["jit_compile"])
-        total, trainable = _count(model)
-        return Workload(step=lambda: model.generate(x, stop_token_ids=None), params_total=total,
-                        params_trainable=trainable, examples_per_step=spec["batch_size"],
-                        dtypes=lambda: _keras_fit.dtypes(model),
-                        generated_tokens=_keras_fit.generated_tokens(spec["task_options"]["prompt_length"]))
+        return _keras.generate(model, data.causal_lm_prompt(spec, rng), spec, _to_device)
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])
     x, y, sample_weight = data.causal_lm_fit(spec, rng)
-    return _fit(model, x, y, spec, _optimizer(spec, "adamw"), _logits_ce(), sample_weight=sample_weight)
+    return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "adamw"),
+                      _keras.logits_ce(tf.keras), _to_device, sample_weight=sample_weight)
 
 
 def _sam(spec, rng):
@@ -82,8 +75,8 @@ def _sam(spec, rng):
     image_encoder = ViTDetBackbone(**kw["image_encoder"])
     images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
-        return _fit(image_encoder, images, data.sam_embedding_target(spec, rng), spec, _optimizer(spec, "adam"),
-                    tf.keras.losses.MeanSquaredError())
+        return _keras.fit(tf.keras, image_encoder, images, data.sam_embedding_target(spec, rng), spec,
+                          _keras.optimizer(tf.keras, spec, "adam"), tf.keras.losses.MeanSquaredError(), _to_device)
     model = SegmentAnythingModel(
         backbone=image_encoder, prompt_encoder=SAMPromptEncoder(**kw["prompt_encoder"]),
         mask_decoder=SAMMaskDecoder(**kw["mask_decoder"], transformer=TwoWayTransformer(**kw["transformer"])))
@@ -91,70 +84,27 @@ def _sam(spec, rng):
 
 
 def _stable_diffusion(spec, rng):
-    import tensorflow as tf
     from kbench.adapters import _keras_sd
-    kw = models.keras_cv_sd_kwargs(spec["arch"])
-    if spec["task"] == "fit":   # the VAE image encoder up to layers[-3] (2*latent_channels moments), as the anchor
-        encoder = _keras_sd.vae_encoder(**kw["vae_encoder"])
-        model = tf.keras.Model(encoder.inputs, encoder.layers[-3].output)
-        images, y = data.sd_fit(spec, rng)
-        return _fit(model, images, y, spec, _optimizer(spec, "adam"), tf.keras.losses.MeanSquaredError())
-    u = kw["unet"]
-    model = _keras_sd.guided_denoising_step(_keras_sd.unet(**u))
-    t_emb = _keras_sd.timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
-    return _predict(model, data.sd_predict(spec, rng, t_emb), spec)
+    return _keras_sd.build(spec, rng, _predict, _to_device)
 
 
-_BUILDERS = {"bert": _bert, "mistral": _mistral, "sam": _sam, "stable_diffusion": _stable_diffusion,
-             "resnet50": _resnet50}
-_TASKS = {"bert": {"fit", "predict"}, "mistral": {"fit", "generate"}, "sam": {"fit", "predict"},
-          "stable_diffusion": {"fit", "predict"}, "resnet50": {"fit"}}
+MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "mistral": for_tasks(_mistral, "fit", "generate"),
+          "sam": for_tasks(_sam, "fit", "predict"), "stable_diffusion": for_tasks(_stable_diffusion, "fit", "predict"),
+          "resnet50": {"fit": _resnet50}}
 
 
-# ---------------------------------------------------------------- shared step paths
+# ---------------------------------------------------------------- the forward step
 
-def _fit(model, x, y, spec, optimizer, loss, sample_weight=None) -> Workload:
-    import tensorflow as tf
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=spec["framework_def"]["jit_compile"])
-    x, y, sample_weight = _to_device((x, y, sample_weight))
-    # tf.keras's own Model.train_on_batch: keras-nlp 0.12.1's PipelineModel override converts dict inputs with
-    # keras_core and fails on Keras 2; with preprocessor=None that override only adds the identity preprocessing.
-    total, trainable = _count(model)
-    # The step returns the loss (keras-nlp tasks compile with default metrics: the dict names it).
-    return Workload(step=lambda: tf.keras.Model.train_on_batch(model, x, y, sample_weight=sample_weight,
-                                                               return_dict=True)["loss"],
-                    params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
-                    dtypes=lambda: _keras_fit.dtypes(model))
-
-
-def _optimizer(spec, kind):
-    import tensorflow as tf
-    return _keras_fit.optimizer(tf.keras, spec, kind)
-
-
-def _logits_ce():
-    import tensorflow as tf
-    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def _predict(model, x, spec) -> Workload:
+def _predict(model, x, spec):
     """model(x, training=False) in one tf.function, as Keras's predict_step runs it, without predict()'s per-call
     data-adapter setup and copy back to numpy."""
     import tensorflow as tf
     forward = tf.function(lambda x: model(x, training=False), jit_compile=spec["framework_def"]["jit_compile"])
     x = _to_device(x)
-    total, trainable = _count(model)
-    return Workload(step=lambda: forward(x), params_total=total, params_trainable=trainable,
-                    examples_per_step=spec["batch_size"], dtypes=lambda: _keras_fit.dtypes(model))
+    return _keras.workload(model, lambda: forward(x), spec)
 
 
 def _to_device(tree):
     """Tensors on the default device, made once in build() (an eager identity moves host constants to the GPU)."""
     import tensorflow as tf
     return tf.nest.map_structure(lambda a: None if a is None else tf.identity(tf.convert_to_tensor(a)), tree)
-
-
-def _count(model) -> tuple[int, int]:
-    def size(weights):
-        return int(sum(np.prod(w.shape) for w in weights))
-    return size(model.weights), size(model.trainable_weights)

@@ -4,12 +4,12 @@ Meta segment-anything (SAM), torchvision (ResNet-50). Random weights from config
 Two columns share this module: eager, and compiled (framework_defs.<fw>.jit_compile) with
 torch.compile(mode="reduce-overhead") as the anchor. Compilation happens in the first (warm-up) step, so its cost is the
 first-step time and never part of ms/step.
-Fit is a standard PyTorch loop, the work of one HF Trainer.training_step plus its optimizer step: forward with labels,
+Fit is a standard PyTorch loop, the work of one HF Trainer.training_step plus its optimizer step: forward, loss,
 backward, optimizer.step, zero_grad. Left out against Trainer: gradient clipping and the LR schedule (the Keras cells
 have neither), and Trainer's per-step bookkeeping, which would be harness overhead.
-Precision (the Keras dtype-policy names): bfloat16 casts the model (pure, as the anchor's LLMs); mixed_float16 and
-mixed_bfloat16 run forward and loss under torch.autocast with float32 weights, and mixed_float16 trains with a
-GradScaler, as PyTorch's AMP recipe.
+Precision (spec["dtypes"], kbench.precision): the module is cast to the weights dtype (pure bfloat16: every
+parameter, LoRA factors included, as the Keras cells' dtype policy); a compute dtype other than the weights' runs
+forward and loss under torch.autocast; loss scaling is torch.amp.GradScaler, as PyTorch's AMP recipe.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from kbench import models
-from kbench.adapters import Backend, NotSupported, Workload, _hooks, dtype_name
+from kbench.adapters import Backend, Workload, _hooks, dtype_name, for_tasks
+from kbench.adapters import _inputs as data
 
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "diffusers", "segment-anything")
 COMPILE_MODE = "reduce-overhead"     # the anchor's mode: CUDA graphs on a GPU, plain inductor on a CPU
@@ -30,38 +31,31 @@ def backend() -> Backend:
     return Backend(name="torch", package_versions=lambda: _hooks.package_versions(_PACKAGES), **_hooks.torch_hooks())
 
 
-def build(spec: dict) -> Workload:
-    builder = _BUILDERS.get(spec["model"])
-    if builder is None or spec["task"] not in _TASKS[spec["model"]]:
-        raise NotSupported(f"native_torch adapter has no {spec['model']} {spec['task']}")
+def prepare(spec: dict) -> dict:
     torch.manual_seed(spec["seed"])               # weight init
-    rng = np.random.default_rng(spec["seed"])     # data: the same numbers as the Keras cells
     # The GPU where there is one, else the default device: the CPU, or the meta device for kbench.census.
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.get_default_device()
-    return builder(spec, rng, device)
+    return {"device": torch.device("cuda") if torch.cuda.is_available() else torch.get_default_device()}
 
 
 # ---------------------------------------------------------------- models
 
 def _bert(spec, rng, device):
     import transformers
-    arch, n, seq = spec["arch"], spec["batch_size"], spec["inputs"]["sequence_length"]
-    model = transformers.BertForSequenceClassification(transformers.BertConfig(**models.hf_bert_config(arch)))
-    batch = {"input_ids": rng.integers(0, arch["vocabulary_size"], (n, seq)),
-             "token_type_ids": np.zeros((n, seq), "int64"), "attention_mask": np.ones((n, seq), "int64")}
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(**models.hf_bert_config(spec["arch"])))
+    x, labels = data.bert(spec, rng)
+    inputs = _tensors(data.torch_bert(x), device)
     if spec["task"] == "predict":
-        return _predict(model, _tensors(batch, device), spec)
-    batch["labels"] = rng.integers(0, arch["num_classes"], (n,))
-    return _fit(model, _tensors(batch, device), spec, "adamw", loss=lambda out: out.loss)
+        return _predict(model, inputs, spec)
+    inputs["labels"] = _tensors(labels.astype("int64"), device)
+    return _fit(model, inputs, spec, "adamw", loss=lambda out: out.loss)
 
 
 def _resnet50(spec, rng, device):
     import torchvision
-    from kbench.adapters import _keras_data
     model = torchvision.models.resnet50(weights=None, num_classes=spec["arch"]["num_classes"])
-    images, labels = _keras_data.images_and_labels(spec, rng)        # the Keras cells' numbers, made NCHW
+    images, labels = data.images_and_labels(spec, rng)
     target = _tensors(labels.astype("int64"), device)                # cross_entropy takes int64 class indices
-    return _fit(model, _tensors((np.ascontiguousarray(images.transpose(0, 3, 1, 2)),), device), spec, "sgd",
+    return _fit(model, _tensors((data.channels_first(images),), device), spec, "sgd",
                 loss=lambda logits: torch.nn.functional.cross_entropy(logits, target))
 
 
@@ -71,66 +65,62 @@ def _causal_lm(spec, rng, device):
         "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM, models.hf_gemma_config),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, models.hf_mistral_config),
     }[spec["model"]]
-    arch, opts, n = spec["arch"], spec["task_options"], spec["batch_size"]
-    # Pure bf16 weights and compute for the LLMs (precision bfloat16), as the Keras cells' dtype policy.
-    model = model_cls(config_cls(**kwargs(arch)))
-    if spec["precision"] == "bfloat16":
-        model = model.to(torch.bfloat16)
+    model = model_cls(config_cls(**kwargs(spec["arch"])))
     if spec["task"] == "generate":
-        return _generate(model, rng, spec, device)
+        return _generate(model, data.prompt_tokens(spec, rng), spec, device)
     import peft
-    model = peft.get_peft_model(model, peft.LoraConfig(r=opts["lora_rank"], target_modules=models.PEFT_LORA_TARGETS,
-                                                       lora_dropout=0.0))
-    ids = rng.integers(0, arch["vocabulary_size"], (n, spec["inputs"]["sequence_length"]))
-    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids}   # the model shifts labels
-    return _fit(model, _tensors(batch, device), spec, "adamw", loss=lambda out: out.loss)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=spec["task_options"]["lora_rank"], lora_dropout=0.0,
+                                                       target_modules=models.PEFT_LORA_TARGETS))
+    x, targets, _ = data.causal_lm_fit(spec, rng)        # the Keras cells' tokens and next-token targets
+    inputs = _tensors({"input_ids": x["token_ids"].astype("int64"),
+                       "attention_mask": x["padding_mask"].astype("int64")}, device)
+    target = _tensors(targets.astype("int64"), device).flatten()
+    # Cross-entropy over every position against its next token, as the Keras cells (HF's own shifted loss would
+    # drop the last position); in float32 as HF computes its loss.
+    return _fit(model, inputs, spec, "adamw",
+                loss=lambda out: torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), target))
 
 
-def _generate(model, rng, spec, device):
+def _generate(model, prompt, spec, device):
     """One greedy generate() call: prompt_length prompt tokens, exactly new_tokens new ones (no EOS stop).
     Compiled column: transformers' own compiled decoding (static KV cache + CompileConfig), the way its docs give."""
     import transformers
-    arch, opts, n = spec["arch"], spec["task_options"], spec["batch_size"]
+    new_tokens = spec["task_options"]["new_tokens"]
     compiled = spec["framework_def"]["jit_compile"]
     config = transformers.GenerationConfig(
-        max_new_tokens=opts["new_tokens"], min_new_tokens=opts["new_tokens"], do_sample=False,
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
         eos_token_id=None, pad_token_id=0, disable_compile=not compiled,
         cache_implementation="static" if compiled else None,
         compile_config=transformers.CompileConfig(mode=COMPILE_MODE) if compiled else None)
     if compiled and device.type == "cpu":
         config.compile_config._compile_all_devices = True   # transformers compiles on accelerators only by default
-    prompt = torch.as_tensor(rng.integers(1, arch["vocabulary_size"], (n, opts["prompt_length"])), device=device)
+    prompt = _tensors(prompt, device)
     mask = torch.ones_like(prompt)
-    model.to(device).eval()
+    model = _place(model, spec, device).eval()
     seen = {}
 
     def step():
         with torch.no_grad():
             _note_compute_dtype(seen, device, model)
             return model.generate(input_ids=prompt, attention_mask=mask, generation_config=config)
-    total, trainable = _count(model)
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=n,
-                    dtypes=_dtypes(model, seen),
-                    generated_tokens=lambda out: out.shape[0] * (out.shape[1] - prompt.shape[1]))
+    return _workload(model, step, spec, seen,
+                     generated_tokens=lambda out: out.shape[0] * (out.shape[1] - prompt.shape[1]))
 
 
 def _sam(spec, rng, device):
     sam = _segment_anything(spec["arch"])
-    arch, n, size = spec["arch"], spec["batch_size"], spec["arch"]["image_size"]
-    images = rng.random((n, 3, size, size), dtype="float32")
+    images = _tensors(data.channels_first(data.sam_images(spec, rng)), device)
     if spec["task"] == "fit":   # the image encoder alone against a random embedding, as the anchor
-        grid = models.sam_embedding_size(arch)
-        target = rng.random((n, arch["embedding_dim"], grid, grid), dtype="float32")
-        return _fit(sam.image_encoder, _tensors((images,), device), spec, "adam", loss=_mse(_tensors(target, device)))
-    k = spec["task_options"]["num_points"]
-    points = rng.uniform(0, size, (n, 1, k, 2)).astype("float32")   # one prompt of k points per image
-    labels = np.ones((n, 1, k), "int64")
-    return _predict(SamPredict(sam), _tensors((images, points, labels), device), spec)
+        target = _tensors(data.channels_first(data.sam_embedding_target(spec, rng)), device)
+        return _fit(sam.image_encoder, (images,), spec, "adam", loss=_mse(target))
+    points = data.sam_points(spec, rng)                 # one prompt of num_points points per image
+    n, k = points.shape[:2]
+    prompts = _tensors((points.reshape(n, 1, k, 2), np.ones((n, 1, k), "int64")), device)
+    return _predict(SamPredict(sam), (images, *prompts), spec)
 
 
 def _segment_anything(arch):
     """segment_anything.modeling's parts wired as segment_anything.build_sam does, at any size."""
-    import functools
     from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, Sam, TwoWayTransformer
     kw = models.segment_anything_kwargs(arch)
     return Sam(image_encoder=ImageEncoderViT(**kw["image_encoder"],
@@ -160,44 +150,35 @@ class SamPredict(torch.nn.Module):
 
 
 def _stable_diffusion(spec, rng, device):
-    arch, n = spec["arch"], spec["batch_size"]
-    kw = models.diffusers_sd_kwargs(arch)
+    kw = models.diffusers_sd_kwargs(spec["arch"])
     if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from diffusers.models.autoencoders.vae import Encoder
-        size, lat = arch["image_size"], models.sd_latent_size(arch)
-        images = rng.random((n, 3, size, size), dtype="float32")
-        target = rng.random((n, 2 * arch["latent_channels"], lat, lat), dtype="float32")
-        return _fit(Encoder(**kw["vae_encoder"]), _tensors((images,), device), spec, "adam",
-                    loss=_mse(_tensors(target, device)))
+        images, target = (_tensors(data.channels_first(a), device) for a in data.sd_fit(spec, rng))
+        return _fit(Encoder(**kw["vae_encoder"]), (images,), spec, "adam", loss=_mse(target))
     # predict: one classifier-free-guided denoising step of the diffusers pipeline: the UNet on the 2n batch
     # (unconditional + conditional), guidance, one DDIM scheduler step. Prompt embeddings stand in for the text encoder.
     from diffusers import DDIMScheduler, UNet2DConditionModel
-    unet = UNet2DConditionModel(**kw["unet"]).to(device).eval()
+    unet = _place(UNet2DConditionModel(**kw["unet"]), spec, device).eval()
     scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")   # SD v1.4
     scheduler.set_timesteps(50)
     t = scheduler.timesteps[0]
-    u = kw["unet"]
-    latents, context = _tensors((
-        rng.standard_normal((n, u["in_channels"], u["sample_size"], u["sample_size"]), dtype="float32"),
-        rng.standard_normal((2 * n, arch["text_length"], arch["context_dim"]), dtype="float32")), device)
+    latent, context, unconditional = data.sd_denoising(spec, rng)
+    latents, contexts = _tensors((data.channels_first(latent), np.concatenate([unconditional, context])), device)
     forward, autocast = _maybe_compile(unet, spec), _autocast(spec, device)
     seen = {}
 
     def step():
         with torch.no_grad(), autocast():
             _note_compute_dtype(seen, device, unet)
-            eps_uncond, eps_text = forward(torch.cat([latents] * 2), t, encoder_hidden_states=context).sample.chunk(2)
+            eps_uncond, eps_text = forward(torch.cat([latents] * 2), t, encoder_hidden_states=contexts).sample.chunk(2)
             eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
             return scheduler.step(eps, t, latents).prev_sample
-    total, trainable = _count(unet)
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=n,
-                    dtypes=_dtypes(unet, seen))
+    return _workload(unet, step, spec, seen)
 
 
-_BUILDERS = {"bert": _bert, "gemma": _causal_lm, "mistral": _causal_lm, "sam": _sam,
-             "stable_diffusion": _stable_diffusion, "resnet50": _resnet50}
-_TASKS = {"bert": {"fit", "predict"}, "gemma": {"fit", "generate"}, "mistral": {"fit", "generate"},
-          "sam": {"fit", "predict"}, "stable_diffusion": {"fit", "predict"}, "resnet50": {"fit"}}
+MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal_lm, "fit", "generate"),
+          "mistral": for_tasks(_causal_lm, "fit", "generate"), "sam": for_tasks(_sam, "fit", "predict"),
+          "stable_diffusion": for_tasks(_stable_diffusion, "fit", "predict"), "resnet50": {"fit": _resnet50}}
 
 
 # ---------------------------------------------------------------- shared step paths
@@ -206,10 +187,22 @@ def _maybe_compile(module, spec):
     return torch.compile(module, mode=COMPILE_MODE) if spec["framework_def"]["jit_compile"] else module
 
 
+def _torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def _place(module, spec, device):
+    """The module on the cell's device, its parameters in the precision's weights dtype."""
+    weights = spec["dtypes"]["weights"]
+    return module.to(device) if weights == "float32" else module.to(device=device, dtype=_torch_dtype(weights))
+
+
 def _autocast(spec, device):
-    """The forward pass's precision context: torch.autocast for the mixed precisions, else nothing."""
-    half = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}.get(spec["precision"])
-    return functools.partial(torch.autocast, device.type, half) if half else contextlib.nullcontext
+    """The forward pass's precision context: torch.autocast where compute and weights dtypes differ, else nothing."""
+    dtypes = spec["dtypes"]
+    if dtypes["compute"] == dtypes["weights"]:
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, device.type, _torch_dtype(dtypes["compute"]))
 
 
 # The Keras cells' optimizers, with their defaults but the configured learning rate.
@@ -222,12 +215,12 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
     """inputs: a dict of keyword tensors or a tuple of positional ones; loss(output) -> scalar tensor.
     The step returns the (unscaled) loss."""
     device = _device_of(inputs)
-    module.to(device).train()
+    module = _place(module, spec, device).train()
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
     optimizer = _OPTIMIZERS[optimizer]([p for p in module.parameters() if p.requires_grad],
                                        lr=spec["task_options"]["learning_rate"])
     # Dynamic loss scaling for float16 gradients (bfloat16 has float32's range and needs none).
-    scaler = torch.amp.GradScaler(device.type) if spec["precision"] == "mixed_float16" else None
+    scaler = torch.amp.GradScaler(device.type) if spec["dtypes"]["loss_scaling"] else None
     seen = {}
 
     def step():
@@ -243,14 +236,12 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return value.detach()
-    total, trainable = _count(module)
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
-                    dtypes=_dtypes(module, seen))
+    return _workload(module, step, spec, seen)
 
 
 def _predict(module, inputs, spec) -> Workload:
     device = _device_of(inputs)
-    module.to(device).eval()
+    module = _place(module, spec, device).eval()
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
     seen = {}
 
@@ -258,9 +249,14 @@ def _predict(module, inputs, spec) -> Workload:
         with torch.no_grad(), autocast():
             _note_compute_dtype(seen, device, module)
             return _call(forward, inputs)
+    return _workload(module, step, spec, seen)
+
+
+def _workload(module, step, spec, seen: dict, **extra) -> Workload:
     total, trainable = _count(module)
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
-                    dtypes=_dtypes(module, seen))
+                    dtypes=lambda: {"weights": dtype_name(next(module.parameters()).dtype),
+                                    "compute": seen.get("compute")}, **extra)
 
 
 def _note_compute_dtype(seen: dict, device, module) -> None:
@@ -268,10 +264,6 @@ def _note_compute_dtype(seen: dict, device, module) -> None:
     if "compute" not in seen:
         on = torch.is_autocast_enabled(device.type)
         seen["compute"] = dtype_name(torch.get_autocast_dtype(device.type) if on else next(module.parameters()).dtype)
-
-
-def _dtypes(module, seen: dict):
-    return lambda: {"weights": dtype_name(next(module.parameters()).dtype), "compute": seen.get("compute")}
 
 
 def _call(forward, inputs):

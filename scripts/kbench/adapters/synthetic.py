@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from kbench.adapters import Backend, NotSupported, Workload, dtype_name
+from kbench.adapters import Backend, Workload, dtype_name, for_tasks
 
 
 class AsyncDevice:
@@ -49,11 +49,13 @@ def backend() -> Backend:
                    peak_device_memory_bytes=lambda: None, package_versions=lambda: {"numpy": np.__version__})
 
 
-def build(spec: dict) -> Workload:
+def prepare(spec: dict) -> dict:
+    return {}
+
+
+def _matmul(spec: dict, rng) -> Workload:
     options = spec["task_options"]
     fault = options.get("fault")
-    if spec["task"] == "generate":
-        raise NotSupported("the synthetic workload has no generate task")
     if fault == "raise":
         raise RuntimeError("injected failure")
     if fault == "exit":
@@ -63,7 +65,6 @@ def build(spec: dict) -> Workload:
     if fault == "hang":
         time.sleep(3600)
     n = spec["arch"]["matrix_size"]
-    rng = np.random.default_rng(spec["seed"])
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
     trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504
@@ -81,3 +82,6 @@ def build(spec: dict) -> Workload:
     return Workload(step=fit_step if spec["task"] == "fit" else predict_step, params_total=2 * n * n,
                     params_trainable=trainable, examples_per_step=spec["batch_size"],
                     dtypes=lambda: {"weights": dtype_name(a.dtype), "compute": dtype_name((a @ b).dtype)})
+
+
+MODELS = {"synthetic": for_tasks(_matmul, "fit", "predict")}

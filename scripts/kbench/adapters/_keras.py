@@ -1,0 +1,77 @@
+"""What the Keras 3 and Keras 2 adapters do alike, written once and given the `keras` module (Keras 3) or `tf.keras`
+(Keras 2): set-up, optimizers and losses, parameter counts, observed dtypes, and the fit and generate workloads.
+Both versions run the same step kinds: one train_on_batch, one compiled forward call, one generate call."""
+from __future__ import annotations
+
+import numpy as np
+
+from kbench import precision
+from kbench.adapters import Workload, dtype_name
+
+
+def prepare(keras, spec: dict) -> dict:
+    """The cell's dtype policy (process-global, so set on every build) and the weight-init seed."""
+    keras.mixed_precision.set_global_policy(precision.keras_policy(spec["dtypes"]))
+    keras.utils.set_random_seed(spec["seed"])
+    return {}
+
+
+def optimizer(keras, spec: dict, kind: str):
+    """kind: adamw | adam | sgd (momentum 0.9); the configured learning rate, the native cells' kinds."""
+    learning_rate = spec["task_options"]["learning_rate"]
+    built = {"adamw": lambda: keras.optimizers.AdamW(learning_rate=learning_rate),
+             "adam": lambda: keras.optimizers.Adam(learning_rate=learning_rate),
+             "sgd": lambda: keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9)}[kind]()
+    if spec["dtypes"]["loss_scaling"]:
+        # Dynamic loss scaling: gradients of a float16 forward pass underflow without it. Keras 3's compile() would
+        # wrap it too; doing it here makes both Keras versions do the same, visibly.
+        built = keras.mixed_precision.LossScaleOptimizer(built)
+    return built
+
+
+def logits_ce(keras):
+    """The classifiers' loss (BERT, Gemma, Mistral, ResNet-50); Keras losses compute in float32 under any policy."""
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def count(model) -> tuple[int, int]:
+    """Parameters of the model the step trains or runs (LoRA fit: trainable counts the LoRA factors only)."""
+    def size(weights):
+        return int(sum(np.prod(w.shape) for w in weights))
+    return size(model.weights), size(model.trainable_weights)
+
+
+def dtypes(model) -> dict[str, str]:
+    """What the model runs in: its variables' dtype and its dtype policy's compute dtype."""
+    return {"weights": dtype_name(model.weights[0].dtype), "compute": dtype_name(model.compute_dtype)}
+
+
+def workload(model, step, spec: dict, **extra) -> Workload:
+    total, trainable = count(model)
+    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+                    dtypes=lambda: dtypes(model), **extra)
+
+
+def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weight=None) -> Workload:
+    """One optimizer step per call: the base Model.train_on_batch, not fit() (whose per-call setup costs ~0.7 s on
+    torch) and not keras-nlp 0.12.1's PipelineModel override (which fails on Keras 2 with dict inputs; with
+    preprocessor=None it only adds the identity preprocessing). The step returns the loss."""
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=spec["framework_def"]["jit_compile"])
+    x, y, sample_weight = to_device((x, y, sample_weight))
+    return workload(model, lambda: keras.Model.train_on_batch(model, x, y, sample_weight=sample_weight,
+                                                              return_dict=True)["loss"], spec)
+
+
+def generate(model, prompt, spec: dict, to_device) -> Workload:
+    """One greedy generate() call on the padded prompt (kbench.adapters._inputs.causal_lm_prompt)."""
+    x = to_device(prompt)
+    model.compile(sampler="greedy", jit_compile=spec["framework_def"]["jit_compile"])
+    return workload(model, lambda: model.generate(x, stop_token_ids=None), spec,
+                    generated_tokens=generated_tokens(spec["task_options"]["prompt_length"]))
+
+
+def generated_tokens(prompt_length: int):
+    """New tokens in a keras-hub/keras-nlp generate() output: the padding mask covers prompt and generated tokens."""
+    def count_new(output) -> int:
+        return int(np.asarray(output["padding_mask"]).sum()) - prompt_length * len(output["padding_mask"])
+    return count_new

@@ -1,0 +1,46 @@
+"""The one table of precisions: what each name means for weights, compute and loss scaling.
+
+Names are Keras dtype-policy names. matrix.spec resolves a cell's precision into `spec["dtypes"]` from here, and
+every adapter reads those fields, never the name; the config checks, the cell-path pattern and the table labels
+come from here too.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Precision:
+    weights: str         # dtype the parameters are stored and updated in
+    compute: str         # dtype of the matrix products (autocast / the dtype policy's compute dtype)
+    loss_scaling: bool   # dynamic loss scaling of fit gradients (float16's narrow range needs it)
+    label: str           # short name in table headers
+
+
+PRECISIONS = {
+    "float32": Precision("float32", "float32", False, "fp32"),
+    "bfloat16": Precision("bfloat16", "bfloat16", False, "pure bf16"),      # the anchor's LLMs: weights and compute
+    "mixed_float16": Precision("float32", "float16", True, "fp16"),
+    "mixed_bfloat16": Precision("float32", "bfloat16", False, "bf16"),
+}
+
+
+def dtypes(name: str) -> dict:
+    """The fields a cell's spec carries: {"weights", "compute", "loss_scaling"}."""
+    fields = asdict(PRECISIONS[name])
+    del fields["label"]
+    return fields
+
+
+def keras_policy(dtypes: dict) -> str:
+    """The Keras dtype-policy name of resolved dtypes: "float32", "bfloat16", "mixed_float16", ..."""
+    return dtypes["compute"] if dtypes["weights"] == dtypes["compute"] else f"mixed_{dtypes['compute']}"
+
+
+def label(name: str) -> str:
+    return PRECISIONS[name].label
+
+
+def pattern() -> str:
+    """A regular expression matching every precision name (the cell-path wildcard)."""
+    return "|".join(PRECISIONS)

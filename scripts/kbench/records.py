@@ -1,0 +1,38 @@
+"""Environment records: what a stack's cells ran in (a venv, a podman image, the same image loaded into docker or
+built into a SIF), written by the environment/image rules and read by the launcher, the report and verify.
+
+Every record names its stack and lock digest; `identity` says which field pins the environment a cell ran in.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kbench import files
+
+# Where each runtime's environment record lives, relative to results_dir (the rules write them, cells depend on them).
+PATHS = {
+    "host": "environments/{stack}.{accelerator}.json",
+    "podman": "images/{stack}.{accelerator}.json",
+    "docker": "images/{stack}.{accelerator}.docker.json",
+    "apptainer": "images/{stack}.{accelerator}.sif.json",
+}
+# kind -> the field that identifies the environment: an image by its ID (docker loads and SIFs carry the ID of the
+# podman image they came from), a venv by the digest of the lock it was installed from.
+IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256"}
+
+
+def path(runtime: str, stack: str, accelerator: str) -> str:
+    return PATHS[runtime].format(stack=stack, accelerator=accelerator)
+
+
+def identity(record: dict) -> tuple[str, str | None]:
+    key = IDENTITY[record["kind"]]
+    return key, record.get(key)
+
+
+def read(record_path: str | Path) -> dict:
+    return files.read_json(record_path)
+
+
+def write(record_path: str | Path, record: dict) -> None:
+    files.write_json(record_path, record)
