@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO, snakemake
-from kbench import envs, launch, matrix
+from kbench import cell, envs, launch, matrix
 
 pytestmark = pytest.mark.e2e
 # Every framework family in podman images (native PyTorch eager and compiled, Keras 2, Keras 3); host venvs for one.
@@ -83,8 +83,8 @@ def any_run(request):
     return request.getfixturevalue(f"{request.param}_run")
 
 
-def cells(results):
-    return [json.loads(path.read_text()) for path in sorted((results / "cells").rglob("*.json"))]
+def cells(results) -> list[cell.CellResult]:
+    return [cell.read(path) for path in sorted((results / "cells").rglob("*.json"))]
 
 
 def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
@@ -103,19 +103,19 @@ def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
 def test_cells_record_backend_environment_and_timing(tiny_run):
     runtime, models, frameworks, results = tiny_run
     for result in cells(results):
-        assert result["status"] == "ok", result["error"]
-        prov, framework_def = result["provenance"], result["spec"]["framework_def"]
-        backend = BACKENDS[result["spec"]["framework"]]
+        assert result.status == "ok", result.error
+        prov, framework_def = result.provenance, result.spec["framework_def"]
+        backend = BACKENDS[result.spec["framework"]]
         assert prov["runtime"] == runtime and prov["backend"] == backend and backend in prov["packages"]
         package, version = FRAMEWORK_PACKAGE[framework_def["adapter"]]
         assert prov["packages"][package] == version and prov["device"].lower().startswith("cpu")
         lock = REPO / "envs" / f"{framework_def['stack']}.cpu.lock"
         assert prov["environment"]["lock_sha256"] == envs.sha256_file(lock)
-        timing = result["timing"]
+        timing = result.timing
         assert timing["n"] == len(timing["step_ms"]) == 20 and timing["first_step_ms"] > 0
         if framework_def["jit_compile"]:       # XLA / torch.compile: the compile lands in the first step only
             assert timing["first_step_ms"] > 3 * timing["median_ms"]
-        assert result["params"]["total"] >= result["params"]["trainable"] > 0
+        assert result.params["total"] >= result.params["trainable"] > 0
 
 
 def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
@@ -123,23 +123,23 @@ def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
     found = cells(results)
     assert found
     for result in found:
-        spec, timing, prov = result["spec"], result["timing"], result["provenance"]
-        where = result["cell_id"]
-        assert result["status"] == "ok", (where, result["error"])
+        spec, timing, prov = result.spec, result.timing, result.provenance
+        where = result.cell_id
+        assert result.status == "ok", (where, result.error)
         # the timed window: exactly the timed steps, each step's time accounted for once
         assert timing["n"] == len(timing["step_ms"]) == spec["steps"]["timed"], where
         assert math.isclose(sum(timing["step_ms"]), timing["window_ms"], rel_tol=1e-9), where
         assert math.isclose(timing["mean_ms"], timing["window_ms"] / spec["steps"]["timed"], rel_tol=1e-9), where
         # the arithmetic the precision names, as the cell observed it (not copied from its spec)
         weights, compute = DTYPES[spec["precision"]]
-        assert result["numerics"] == {"weights_dtype": weights, "compute_dtype": compute}, where
+        assert result.numerics == {"weights_dtype": weights, "compute_dtype": compute}, where
         # the environment was checked against the stack's lock, and the backend's own sync closed the window
         lock = REPO / "envs" / f"{spec['framework_def']['stack']}.cpu.lock"
         assert prov["lock_check"]["lock_sha256"] == envs.sha256_file(lock) and prov["lock_check"]["result"] == "exact"
         assert prov["sync"] == SYNC_ON_CPU[BACKENDS[spec["framework"]]], where
-        assert result["memory"]["peak_host_rss_bytes"] > 50 * 2**20, where
+        assert result.memory["peak_host_rss_bytes"] > 50 * 2**20, where
         if spec["task"] == "fit":      # the same batch every step: a model that learns lowers its loss
-            assert result["loss"]["last_timed_step"] < result["loss"]["first_timed_step"], (where, result["loss"])
+            assert result.loss["last_timed_step"] < result.loss["first_timed_step"], (where, result.loss)
         if spec["task"] == "generate":  # tokens counted in the output: batch x new tokens, every step
             tokens = spec["batch_size"] * spec["task_options"]["new_tokens"]
             assert timing["generated_tokens_per_step"] == tokens, where
@@ -150,16 +150,16 @@ def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
 
 def test_llm_and_diffusion_families_ran_in_every_family_of_columns(families_run):
     runtime, models, frameworks, results = families_run
-    found = {result["cell_id"]: result for result in cells(results)}
+    found = {result.cell_id: result for result in cells(results)}
     assert {(r["spec"]["model"], r["spec"]["task"], r["spec"]["framework"]) for r in found.values()} == {
         (model, task, framework) for model, tasks in (("gemma", ("fit", "generate")),
                                                       ("stable_diffusion", ("fit", "predict")))
         for task in tasks for framework in frameworks}
     for result in found.values():
-        if result["spec"]["model"] == "gemma":
-            assert result["spec"]["precision"] == "bfloat16"       # pure bf16: bf16 weights (asserted above)
-        if result["spec"]["task"] == "fit" and result["spec"]["model"] == "gemma":   # LoRA trains its factors only
-            assert 0 < result["params"]["trainable"] < result["params"]["total"] / 10, result["params"]
+        if result.spec["model"] == "gemma":
+            assert result.spec["precision"] == "bfloat16"       # pure bf16: bf16 weights (asserted above)
+        if result.spec["task"] == "fit" and result.spec["model"] == "gemma":   # LoRA trains its factors only
+            assert 0 < result.params["trainable"] < result.params["total"] / 10, result.params
     table = pd.read_csv(results / "tables" / "tiny" / "ms_per_step.csv")
     assert (table[frameworks].astype(float) > 0).all().all()
 
@@ -172,24 +172,24 @@ def test_keras2_lora_that_trains_nothing_is_failed_not_timed(podman_run, tmp_pat
     spec = matrix.spec(config, "tiny", "mistral", "fit", 8, "float32", "keras2")
     result = launch.run_cell(spec, "podman", results / "images" / "keras2.cpu.json", tmp_path / "cell.json",
                              tmp_path / "cell.log", timeout_s=600)
-    assert result["status"] == "failed" and result["error"]["type"] == "LoRANotApplied", result["error"]
-    assert result["timing"] is None and result["params"]["trainable"] == 0 < result["params"]["total"]
+    assert result.status == "failed" and result.error["type"] == "LoRANotApplied", result.error
+    assert result.timing is None and result.params["trainable"] == 0 < result.params["total"]
 
 
 def test_podman_cells_name_the_image_they_ran_in(podman_run):
     runtime, models, frameworks, results = podman_run
     for result in cells(results):
-        stack, environment = result["spec"]["framework_def"]["stack"], result["provenance"]["environment"]
+        stack, environment = result.spec["framework_def"]["stack"], result.provenance["environment"]
         record = json.loads((results / "images" / f"{stack}.cpu.json").read_text())
         assert environment["id"] == record["id"] and environment["kind"] == "image"
         assert record["image"].endswith(record["lock_sha256"].removeprefix("sha256:")[:16])
-        assert result["provenance"]["hostname"] != socket.gethostname()     # it ran in a container
+        assert result.provenance["hostname"] != socket.gethostname()     # it ran in a container
 
 
 def test_host_cells_name_the_venv_they_ran_in(host_run):
     runtime, models, frameworks, results = host_run
     for result in cells(results):
-        stack, environment = result["spec"]["framework_def"]["stack"], result["provenance"]["environment"]
+        stack, environment = result.spec["framework_def"]["stack"], result.provenance["environment"]
         assert environment["kind"] == "venv" and environment["prefix"].endswith(f".envs/{stack}.cpu")
 
 
@@ -213,9 +213,9 @@ def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_
     assert table.framework.tolist() == ALL_FRAMEWORKS and list(table.columns[-3:]) == MIXED
     assert (table[MIXED].astype(float) > 0).all().all()       # "failed: ..." would not parse
     for result in cells(results):
-        spec, losses = result["spec"], result["loss"]
-        assert result["status"] == "ok", (result["cell_id"], result["error"])
-        assert result["cell_id"].split("/")[-2] == spec["precision"] and result["provenance"]["runtime"] == "podman"
+        spec, losses = result.spec, result.loss
+        assert result.status == "ok", (result.cell_id, result.error)
+        assert result.cell_id.split("/")[-2] == spec["precision"] and result.provenance["runtime"] == "podman"
         assert math.isfinite(losses["first_timed_step"]) and math.isfinite(losses["last_timed_step"])
     speedup = pd.read_csv(results / "tables" / "tiny" / "precision_speedup.csv")
     assert list(speedup.columns[-4:]) == ["fp32 / fp16 x", "fp32 / bf16 x", "claimed x", "claim"]
@@ -232,6 +232,6 @@ def test_a_diverging_fit_is_failed_for_its_non_finite_loss(precision_run, framew
     spec["steps"] = {"warmup": 1, "timed": 4}
     record = results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json"
     result = launch.run_cell(spec, "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", timeout_s=600)
-    assert result["status"] == "failed" and result["error"]["type"] == "NonFiniteLoss", result["error"]
-    assert result["error"]["message"].startswith("non-finite loss: ") and result["timing"] is None
-    assert not math.isfinite(result["loss"]["last_timed_step"])
+    assert result.status == "failed" and result.error["type"] == "NonFiniteLoss", result.error
+    assert result.error["message"].startswith("non-finite loss: ") and result.timing is None
+    assert not math.isfinite(result.loss["last_timed_step"])
