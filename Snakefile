@@ -19,6 +19,10 @@ include: "rules/tables.smk"
 include: "rules/report.smk"
 
 
+onstart:
+    preflight_before_jobs()
+
+
 rule all:
     input:
         table_files(config["suite"]),

@@ -9,5 +9,21 @@ rule environment:
     params:
         prefix=".envs/{stack}.{accelerator}",
     shell:
-        "python -m kbench.envs --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
+        "python -m kbench.envs venv --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
         "--lock {input.lock} --prefix {params.prefix} --record {output.record} > {log} 2>&1"
+
+
+rule preinstalled_environment:
+    """An interpreter the host already has (config preinstalled_python), recorded as found: its packages and their
+    drift from the stack's lock. Cells then record that drift instead of failing on it."""
+    input:
+        lock="envs/{stack}.{accelerator}.lock",
+    output:
+        record=results("preinstalled/{stack}.{accelerator}.json"),
+    log:
+        results("logs/preinstalled/{stack}.{accelerator}.log"),
+    params:
+        python=config["preinstalled_python"],
+    shell:
+        "python -m kbench.envs preinstalled --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
+        "--lock {input.lock} --python {params.python} --record {output.record} > {log} 2>&1"

@@ -21,7 +21,7 @@ def test_shipped_config_is_valid(config):
 
 @pytest.mark.parametrize("mutate, names", [
     (lambda c: c.update(bogus=1), ["'bogus' was unexpected"]),
-    (lambda c: c.update(suite="huge"), ["config key suite: 'huge' is not defined; allowed: paper, tiny"]),
+    (lambda c: c.update(suite="huge"), ["config key suite: 'huge' is not defined; allowed: paper, smoke, tiny"]),
     (lambda c: c.update(seed="zero"), ["instance['seed']", "'integer'"]),
     (lambda c: c["frameworks"].append("keras4"), ["frameworks[6] (see framework_defs): 'keras4' is not defined",
                                                    "allowed: keras2, keras3-jax"]),

@@ -6,6 +6,7 @@ its window, its mean is window / steps, it ran the dtypes its precision names, i
 import json
 import math
 import socket
+import subprocess
 import tarfile
 
 import pandas as pd
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, envs, launch, matrix
+from kbench import cell, envs, launch, matrix, records
 
 pytestmark = pytest.mark.e2e
 # Every framework family in podman images (native PyTorch eager and compiled, Keras 2, Keras 3); host venvs for one.
@@ -235,3 +236,20 @@ def test_a_diverging_fit_is_failed_for_its_non_finite_loss(precision_run, framew
     assert result.status == "failed" and result.error["type"] == "NonFiniteLoss", result.error
     assert result.error["message"].startswith("non-finite loss: ") and result.timing is None
     assert not math.isfinite(result.loss["last_timed_step"])
+
+
+@pytest.mark.parametrize("framework", ["native-torch-eager", "keras3-jax", "keras3-tensorflow"])
+def test_a_gpu_cell_whose_framework_finds_no_gpu_fails_as_no_accelerator(podman_run, framework, tmp_path):
+    """A GPU spec in a CPU-only container (no GPU handed in, as a runtime without GPU plumbing would leave it): each
+    framework's own view of its device fails the cell before the model is built, JAX included (JAX_PLATFORMS=cuda,
+    no silent CPU fall-back)."""
+    runtime, models, frameworks, results = podman_run
+    spec = matrix.spec({**CONFIG, "accelerator": "gpu"}, "tiny", "bert", "predict", 2, "float32", framework)
+    environment = records.read(results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json")
+    out = tmp_path / "cell.json"
+    argv = launch.command("podman", environment, out, gpu=False, name=f"kbench-test-{framework}")
+    subprocess.run(argv, input=json.dumps({"spec": spec, "context": {"runtime": "podman"}}), text=True,
+                   env=launch.process_env("podman"), check=True, capture_output=True, timeout=600)
+    result = cell.read(out)
+    assert result.status == "failed" and result.error["type"] == "NoAccelerator", result.error
+    assert result.params is None and result.timing is None

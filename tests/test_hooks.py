@@ -37,7 +37,7 @@ def test_jax_sync_is_block_until_ready(monkeypatch, calls):
     hooks = _hooks.jax_hooks()
     hooks["sync"]("step output")
     assert calls.calls == [("block_until_ready", ("step output",))]
-    assert hooks["sync_name"] == "jax.block_until_ready" and hooks["device_name"]() == "NVIDIA H100"
+    assert hooks["sync_name"] == "jax.block_until_ready"
 
 
 @pytest.mark.parametrize("cuda", [True, False])

@@ -13,6 +13,7 @@ def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
             "task": task, "batch_size": 4, "framework": "synthetic", "precision": "float32",
             "framework_def": {"stack": "driver", "adapter": "synthetic", "env": {}, "jit_compile": False}, "env": {},
             "dtypes": {"weights": "float64", "compute": "float64", "loss_scaling": False},
+            "accelerator": "cpu", "tf32": "off",
             "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault, **task_options},
             "steps": {"warmup": 1, "timed": timed}, "seed": 0}
 
@@ -77,7 +78,47 @@ def test_the_runner_times_the_device_work_behind_each_step(tmp_path, driver_envi
 
 def test_cells_record_the_dtypes_their_steps_ran_in(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec(task="predict"))
-    assert result.numerics == {"weights_dtype": "float64", "compute_dtype": "float64"}
+    assert (result.numerics["weights_dtype"], result.numerics["compute_dtype"]) == ("float64", "float64")
+    assert result.numerics["tf32"] == "off" and result.numerics["probe"]["observed_class"] == "fp32"
+
+
+def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_path):
+    """In process (the launcher's own GPU preflight would stop it first on this host): the device check comes before
+    the model is built, so the step that would fail the cell never runs."""
+    from kbench import runner
+    spec = synthetic_spec("step")
+    spec["accelerator"] = "gpu"
+    result = runner.run(spec, {"runtime": "test"})
+    assert result.status == "failed" and result.error["type"] == "NoAccelerator"
+    assert result.error["message"].startswith("the cell asks for a GPU (gpu), but numpy runs on cpu")
+    assert result.params is None and result.timing is None
+
+
+def test_a_gpu_cell_on_a_host_without_a_driver_fails_at_launch(tmp_path, driver_environment):
+    spec = synthetic_spec()
+    spec["accelerator"] = "gpu"
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "failed" and result.error["type"] == "PreflightFailed"
+    assert "no NVIDIA driver here" in result.error["message"]
+
+
+def test_a_float32_cell_whose_matmul_is_tf32_is_failed(tmp_path, driver_environment):
+    spec = synthetic_spec()
+    spec["env"] = {"KBENCH_SYNTHETIC_MATMUL": "tf32"}      # a framework that left TF32 on despite the switches
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "failed" and result.error["type"] == "ReducedPrecision", result.error
+    assert result.numerics["probe"]["observed_class"] == "tf32" and result.timing is None
+    spec["tf32"] = "library-default"                        # the anchor's setting: recorded, the cell runs
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "ok" and result.numerics["probe"]["observed_class"] == "tf32"
+
+
+def test_the_first_losses_survive_steps_that_reuse_their_output_memory(tmp_path, driver_environment):
+    """A CUDA-graph replay overwrites the tensors the last replay returned: the synthetic fit returns one buffer
+    that every step overwrites, and the workload keeps a copy of the first."""
+    result = run(tmp_path, driver_environment, synthetic_spec(reuse_output=True))
+    assert result.status == "ok", result.error
+    assert result.loss["first_timed_step"] != result.loss["last_timed_step"]
 
 
 def test_predict_records_no_loss(tmp_path, driver_environment):
@@ -177,6 +218,22 @@ def test_an_environment_that_drifted_from_its_lock_fails_the_cell(tmp_path, driv
     message = result.error["message"]
     assert "numpy: lock 0.0.1, installed" in message and "keras==3.15.1 in the lock but not installed" in message
     assert "installed but not in the lock" in message and message.index("numpy:") < message.index("keras==")
+
+
+def test_a_preinstalled_interpreter_records_its_drift_from_the_lock_instead_of_failing(tmp_path):
+    """Runtime preinstalled (an HPC module, a vendor image): kbench.envs records the interpreter as found, the cell
+    runs in it and records how it differs from the stack's lock."""
+    from kbench import envs
+    lock = tmp_path / "stack.lock"
+    lock.write_text("numpy==0.0.1 \\\n    --hash=sha256:00\n")
+    record = envs.record_preinstalled("driver", "cpu", lock, sys.executable, tmp_path / "preinstalled.json")
+    assert record["kind"] == "preinstalled" and record["packages"]["numpy"] != "0.0.1"
+    assert record["drift"][0].startswith("numpy: lock 0.0.1, installed ")
+    result = launch.run_cell(synthetic_spec(), "preinstalled", tmp_path / "preinstalled.json", tmp_path / "cell.json",
+                             tmp_path / "cell.log", 60)
+    assert result.status == "ok", result.error
+    check = result.provenance["lock_check"]
+    assert check["result"] == "drift" and check["differences"][0].startswith("numpy: lock 0.0.1, installed ")
 
 
 def test_unsupported_task_is_reported_not_failed(tmp_path, driver_environment):

@@ -84,3 +84,14 @@ def test_first_and_last_timed_outputs_are_kept_not_the_warmup_ones():
     outputs = iter(["warmup", "first", "middle", "last"])
     times = timing.measure(lambda: next(outputs), lambda out: None, warmup=1, timed=3)
     assert (times.first_output, times.last_output) == ("first", "last")
+
+
+def test_the_first_output_is_kept_through_keep_before_later_steps_overwrite_it():
+    buffer = np.zeros(1)
+    values = iter([9.0, 1.0, 2.0, 3.0])
+
+    def step():
+        buffer[0] = next(values)
+        return buffer
+    times = timing.measure(step, lambda out: None, warmup=1, timed=3, keep=np.copy)
+    assert times.first_output[0] == 1.0 and times.last_output[0] == 3.0

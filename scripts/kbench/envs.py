@@ -1,19 +1,24 @@
-"""Stack environments for the host runtime: one uv venv per stack and accelerator, installed from its hash-pinned lock.
+"""Stack environments outside containers, and their records (what every cell of the stack depends on):
 
-`python -m kbench.envs --stack S --accelerator A --lock L --prefix DIR --record R` builds or re-syncs DIR and writes the
-environment record R that every cell of the stack depends on (a changed lock rebuilds it, and so reruns those cells).
+  venv          `python -m kbench.envs venv --stack S --accelerator A --lock L --prefix DIR --record R`: one uv venv
+                per stack and accelerator, installed from its hash-pinned lock (runtime host); a changed lock rebuilds
+                it, and so reruns those cells.
+  preinstalled  `python -m kbench.envs preinstalled --stack S --accelerator A --lock L --python P --record R`: an
+                interpreter the host already has (an HPC module, a vendor image; runtime preinstalled), recorded as
+                found: its packages, their digest, and how they differ from the stack's lock. Nothing is installed.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from kbench import records
+from kbench import lockcheck, records
 
 PYTHON = "3.11"
 
@@ -45,12 +50,38 @@ def build(stack: str, accelerator: str, lock: Path, prefix: Path, record: Path) 
     return environment
 
 
+_LIST_PACKAGES = ("import importlib.metadata as m, json, platform; print(json.dumps({'python': "
+                  "platform.python_version(), 'packages': {d.metadata['Name']: d.version for d in m.distributions()}}))")
+
+
+def record_preinstalled(stack: str, accelerator: str, lock: Path, python: str, record: Path) -> dict:
+    found = json.loads(subprocess.run([python, "-c", _LIST_PACKAGES], capture_output=True, text=True,
+                                      check=True).stdout)
+    installed = {lockcheck.normalize(name): version for name, version in found["packages"].items()}
+    listing = "".join(f"{name}=={version}\n" for name, version in sorted(installed.items()))
+    environment = {"stack": stack, "accelerator": accelerator, "kind": "preinstalled", "python": python,
+                   "python_version": found["python"], "packages": installed,
+                   "packages_sha256": "sha256:" + hashlib.sha256(listing.encode()).hexdigest(),
+                   "lock": str(lock), "lock_sha256": sha256_file(lock),
+                   "drift": lockcheck.differences(lockcheck.pinned(lock.read_text()), installed)}
+    records.write(record, environment)
+    return environment
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name in ("stack", "accelerator", "lock", "prefix", "record"):
-        parser.add_argument(f"--{name}", required=True)
+    commands = parser.add_subparsers(dest="command", required=True)
+    venv, pre = commands.add_parser("venv"), commands.add_parser("preinstalled")
+    for p in (venv, pre):
+        for name in ("stack", "accelerator", "lock", "record"):
+            p.add_argument(f"--{name}", required=True)
+    venv.add_argument("--prefix", required=True)
+    pre.add_argument("--python", required=True)
     args = parser.parse_args(argv)
-    build(args.stack, args.accelerator, Path(args.lock), Path(args.prefix), Path(args.record))
+    if args.command == "venv":
+        build(args.stack, args.accelerator, Path(args.lock), Path(args.prefix), Path(args.record))
+    else:
+        record_preinstalled(args.stack, args.accelerator, Path(args.lock), args.python, Path(args.record))
     return 0
 
 

@@ -14,10 +14,10 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from kbench import cell, records
+from kbench import cell, preflight, records
 
 REPO = Path(__file__).resolve().parents[2]
-RUNTIMES = ("host", "podman", "docker", "apptainer")
+RUNTIMES = ("host", "podman", "docker", "apptainer", "preinstalled")
 CONTAINERS_CONF = REPO / "containers" / "containers.conf"
 SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
 OUT_IN_IMAGE = "/kbench/out"
@@ -29,6 +29,8 @@ def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name:
     kbench.envs or kbench.images), the payload on its stdin."""
     if runtime == "host":
         return [str(Path(environment["prefix"]) / "bin" / "python"), "-m", module, "--out", str(out)]
+    if runtime == "preinstalled":       # an interpreter the host already has (an HPC module, a vendor image)
+        return [environment["python"], "-m", module, "--out", str(out)]
     inner = ["python", "-m", module, "--out", f"{OUT_IN_IMAGE}/{out.name}"]
     mounts = [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw")]
     if runtime in ("podman", "docker"):
@@ -59,10 +61,12 @@ def ulimit_args() -> list[str]:
 def process_env(runtime: str, environment: dict | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERAS_", "KBENCH_"))}
     env["PYTHONUNBUFFERED"] = "1"
-    if runtime == "host":
+    if runtime in ("host", "preinstalled"):
         env["PYTHONPATH"] = str(REPO / "scripts")
         if environment and environment.get("lock"):
-            env["KBENCH_LOCK"] = str(Path(environment["lock"]).resolve())   # images set their own
+            env["KBENCH_LOCK"] = str((REPO / environment["lock"]).resolve())   # images set their own
+        if runtime == "preinstalled":
+            env["KBENCH_LOCK_MODE"] = "record"      # its versions are what they are: recorded against the lock
     if runtime == "podman":
         env["CONTAINERS_CONF"] = str(CONTAINERS_CONF)
     return env
@@ -85,10 +89,18 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
     environment = records.read(environment_record)
     context = {"runtime": runtime, "environment": environment, "git_commit": git_commit()}
     name = f"kbench-{uuid.uuid4().hex[:12]}"
-    argv = command(runtime, environment, out, gpu=spec.get("accelerator") == "gpu", name=name)
+    gpu = preflight.is_gpu(spec["accelerator"])
+    argv = command(runtime, environment, out, gpu=gpu, name=name)
     out.unlink(missing_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
+    # This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them.
+    problems = preflight.problems(runtime, spec["accelerator"], [spec["framework_def"]["stack"]]) if gpu else []
+    if problems:
+        failure = cell.error_info("PreflightFailed", "; ".join(problems))
+        log.write_text("\n".join(problems) + "\n")
+        cell.new_result(spec, context, "failed", failure).write(out)
+        return cell.read(out)
     payload = json.dumps({"spec": spec, "context": context})
     with open(log, "w") as log_file:
         log_file.write(f"$ {' '.join(argv)}\n")

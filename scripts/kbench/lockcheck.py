@@ -40,13 +40,14 @@ def differences(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
     return changed + missing + extra
 
 
-def verify(lock_path: str | Path) -> dict:
-    """Raise LockDrift unless the installed packages are exactly the lock's; return what was checked, for the record."""
+def verify(lock_path: str | Path, mode: str = "fail") -> dict:
+    """What was checked, for the record. mode "fail": raise LockDrift unless the installed packages are exactly the
+    lock's; "record" (a preinstalled interpreter): the differences are recorded, not fatal."""
     text = Path(lock_path).read_text()
     expected = pinned(text)
     problems = differences(expected, installed())
-    if problems:
+    if problems and mode == "fail":
         raise LockDrift(f"environment differs from {lock_path}: " + "; ".join(problems[:20])
                         + (f"; and {len(problems) - 20} more" if len(problems) > 20 else ""))
     return {"lock": str(lock_path), "lock_sha256": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
-            "packages": len(expected), "result": "exact"}
+            "packages": len(expected), "result": "drift" if problems else "exact", "differences": problems}

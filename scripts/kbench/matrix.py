@@ -118,6 +118,14 @@ def keras3_frameworks(config: dict) -> list[str]:
     return [f for f in config["frameworks"] if adapter_of(config, f) == "keras3"]
 
 
+def cell_env(config: dict, framework: str) -> dict:
+    """The cell process's environment: every cell's, the framework's, and on a GPU the framework's GPU settings
+    (memory policy, no silent CPU fall-back)."""
+    definition = config["framework_defs"][framework]
+    gpu = definition.get("gpu_env", {}) if config["accelerator"] != "cpu" else {}
+    return {**config["cell_env"], **definition["env"], **gpu}
+
+
 def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, precision_name: str,
          framework: str) -> dict:
     """The resolved cell config: everything the cell process needs, and nothing about where it runs."""
@@ -135,7 +143,8 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
         "batch_size": batch_size,
         "framework": framework,
         "framework_def": config["framework_defs"][framework],
-        "env": {**config["cell_env"], **config["framework_defs"][framework]["env"]},
+        "env": cell_env(config, framework),
+        "tf32": config["tf32"],
         "precision": precision_name,
         "dtypes": precision.dtypes(precision_name),      # what the adapters read: never the name
         "arch": size_def["arch"],

@@ -15,10 +15,12 @@ PATHS = {
     "podman": "images/{stack}.{accelerator}.json",
     "docker": "images/{stack}.{accelerator}.docker.json",
     "apptainer": "images/{stack}.{accelerator}.sif.json",
+    "preinstalled": "preinstalled/{stack}.{accelerator}.json",
 }
 # kind -> the field that identifies the environment: an image by its ID (docker loads and SIFs carry the ID of the
 # podman image they came from), a venv by the digest of the lock it was installed from.
-IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256"}
+IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256",
+            "preinstalled": "packages_sha256"}   # an interpreter the host had: by what it has installed
 
 
 def path(runtime: str, stack: str, accelerator: str) -> str:

@@ -15,7 +15,7 @@ import socket
 import sys
 import traceback
 
-from kbench import cell, lockcheck, timing
+from kbench import cell, gpu, lockcheck, numerics, preflight, timing
 
 
 class LoRANotApplied(Exception):
@@ -64,17 +64,27 @@ def run(spec: dict, context: dict) -> cell.CellResult:
 
     provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
                   "platform": platform.platform(), "hostname": socket.gethostname()}
-    backend = workload = losses = None
+    backend = workload = losses = numerics_record = None
+    memory = {}
     try:
         # KBENCH_LOCK is set by the launcher (venv) or the image: the lock this environment was built from. The record
         # says which lock was checked, so a cell that skipped the check is visible.
-        provenance["lock_check"] = (lockcheck.verify(os.environ["KBENCH_LOCK"]) if os.environ.get("KBENCH_LOCK")
-                                    else None)
+        provenance["lock_check"] = (lockcheck.verify(os.environ["KBENCH_LOCK"],
+                                                     os.environ.get("KBENCH_LOCK_MODE", "fail"))
+                                    if os.environ.get("KBENCH_LOCK") else None)
         adapter = adapters.load(spec["framework_def"]["adapter"])
         backend = adapter.backend()
+        provenance["device_facts"] = {**backend.device(), "nvml": gpu.facts()}
+        check_device(spec, backend)
+        numerics_record = set_and_probe_numerics(spec, backend)
+        numerics.check(numerics_record["probe"], spec["tf32"])
         workload = adapters.build(adapter, spec)
         check_workload(spec, workload)
-        steps = timing.measure(workload.step, backend.sync, spec["steps"]["warmup"], spec["steps"]["timed"])
+        memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
+                      nvml_used_bytes_before_steps=gpu.used_bytes())
+        steps = timing.measure(workload.step, backend.sync, spec["steps"]["warmup"], spec["steps"]["timed"],
+                               keep=workload.keep)
+        memory["nvml_used_bytes_after_steps"] = gpu.used_bytes()
         losses = timed_losses(spec, steps)
         check_losses(losses)
     except adapters.NotSupported as exc:
@@ -85,17 +95,38 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     else:
         result = cell.new_result(spec, provenance, "ok")
         result.timing = timed_result(steps, workload)
+    result.numerics = numerics_record
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
-        result.numerics = {f"{kind}_dtype": name for kind, name in workload.dtypes().items()}
+        result.numerics = {**(numerics_record or {}),
+                           **{f"{kind}_dtype": name for kind, name in workload.dtypes().items()}}
     result.loss = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
     result.memory = {"peak_host_rss_bytes": peak_rss_bytes(),
-                     "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None}
+                     "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None,
+                     **memory}
     if backend:
-        result.provenance.update(backend=backend.name, device=backend.device_name(), sync=backend.sync_name,
+        result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
+                                 sync=backend.sync_name, memory_policy=backend.memory_policy,
                                  packages=backend.package_versions())
     result.provenance["finished_utc"] = cell.utc_now()
     return result
+
+
+def check_device(spec: dict, backend) -> None:
+    """A GPU cell must run on a GPU, decided before the model is built: a framework that fell back to the CPU (no
+    driver, a CUDA too new for it, a runtime that did not pass the GPU) would otherwise time the CPU."""
+    device = backend.device()
+    if preflight.is_gpu(spec["accelerator"]) and device["kind"] != "gpu":
+        from kbench.adapters import NoAccelerator
+        raise NoAccelerator(f"the cell asks for a GPU ({spec['accelerator']}), but {backend.name} runs on "
+                            f"{device['kind']} ({device['name']}); see the GPU hosts section of the README")
+
+
+def set_and_probe_numerics(spec: dict, backend) -> dict:
+    """The framework's own float32 switches as the spec's tf32 setting says, then the probe of what a float32
+    matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
+    switches = backend.set_tf32(spec["tf32"] != "off")
+    return {"tf32": spec["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
 
 
 def timed_result(steps: timing.StepTimes, workload) -> dict:

@@ -7,7 +7,8 @@ the return of step i; the entries add up to the window exactly, the last one car
 Where a step returns host data (train_on_batch, generate) that is its device time; where it returns device arrays it is
 the dispatch cadence. The first `warmup` steps carry compilation and autotuning: each is synced on its own, reported as
 first-step time, and never averaged in. The outputs of the first and last timed steps are kept (a fit step returns its
-loss), and read only after the window closes.
+loss; the first one through the workload's keep, a copy where a later step would overwrite it), and read only after
+the window closes.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ class StepTimes:
 
 
 def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, timed: int,
-            clock: Callable[[], float] = time.perf_counter) -> StepTimes:
+            clock: Callable[[], float] = time.perf_counter, keep: Callable[[Any], Any] = lambda out: out) -> StepTimes:
+    """keep(output) is what survives of the first timed step's output until the window closes: a copy where later
+    steps reuse its memory (CUDA-graph replays); the last output is read right after the closing sync."""
     if warmup < 0 or timed < 1:
         raise ValueError(f"steps: warmup must be >= 0 and timed >= 1, got warmup={warmup} timed={timed}")
     sync(None)                                  # nothing queued from model building leaks into step 1
@@ -46,7 +49,7 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
         out = step()
         marks.append(clock())
         if i == 0:
-            first = out
+            first = keep(out)
     sync(out)
     marks[-1] = clock()                         # the last step ends when the device has finished everything
     step_ms = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]

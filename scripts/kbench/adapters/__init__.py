@@ -12,7 +12,7 @@ numbers from the cell's seed.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -20,6 +20,10 @@ import numpy as np
 
 class NotSupported(Exception):
     """The framework cannot run this model/task; the cell is reported as 'unsupported' with this reason."""
+
+
+class NoAccelerator(Exception):
+    """The cell asks for a GPU and its framework has none: it would time the CPU under a GPU's name."""
 
 
 @dataclass
@@ -34,17 +38,24 @@ class Workload:
     dtypes: Callable[[], dict[str, str]]
     # Generate tasks: how many new tokens a step's output holds (counted in the output, not taken from config).
     generated_tokens: Callable[[Any], int] | None = None
+    # What the timer keeps of a step's output until the window closes: a copy where the framework reuses the
+    # output's memory (a CUDA-graph replay overwrites the tensors the previous replay returned).
+    keep: Callable[[Any], Any] = lambda output: output
 
 
 @dataclass
 class Backend:
-    """Framework-level hooks shared by every model of a family."""
+    """Framework-level hooks shared by every model of a family (kbench.adapters._hooks builds them)."""
     name: str                          # the compute backend as results name it: jax, tensorflow, torch, numpy
     sync: Callable[[Any], None]        # block until the device finished the work behind a step's output
     sync_name: str                     # what sync calls, as the cell records it (e.g. "jax.block_until_ready")
-    device_name: Callable[[], str]
+    device: Callable[[], dict]         # the device the framework really runs on: kind (gpu | cpu), name, count, ...
+    set_tf32: Callable[[bool], dict]   # the framework's own float32 precision switches; returns what it set
+    matmul: Callable[[Any, Any], Any]  # float32 a @ b on the cell's device, back as NumPy (kbench.numerics probe)
     peak_device_memory_bytes: Callable[[], int | None]
+    reset_peak_device_memory: Callable[[], bool]      # False where the framework cannot reset its peak
     package_versions: Callable[[], dict[str, str]]
+    memory_policy: dict = field(default_factory=dict)     # what the adapter did so frameworks share no GPU
 
 
 def dtype_name(dtype) -> str:

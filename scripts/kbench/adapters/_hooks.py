@@ -1,8 +1,14 @@
-"""Backend hooks shared by the adapters: device sync, device name and peak device memory for jax, tensorflow and
-torch, and installed package versions. An adapter picks the hooks of the compute backend it runs on."""
+"""Backend hooks shared by the adapters, one set per compute backend (jax, tensorflow, torch): device sync, the device
+the framework really runs on, the float32 precision switches, a float32 matmul on the cell's device (the numerics
+probe), peak device memory and its reset, and installed package versions. An adapter picks the hooks of the compute
+backend it runs on."""
 from __future__ import annotations
 
 import importlib.metadata
+
+import numpy as np
+
+from kbench.adapters import NoAccelerator
 
 
 def package_versions(names) -> dict[str, str]:
@@ -15,17 +21,47 @@ def package_versions(names) -> dict[str, str]:
     return versions
 
 
+def hide_gpus_from_tensorflow() -> bool:
+    """Keras 3 on jax or torch still imports TensorFlow (keras-hub needs tensorflow-text): keep it off the GPUs, so it
+    never takes device memory from the framework being measured. True when TensorFlow was there to hide from."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return False
+    tf.config.set_visible_devices([], "GPU")
+    return True
+
+
 def jax_hooks() -> dict:
     import jax
-    dev = jax.devices()[0]
+    try:
+        dev = jax.devices()[0]          # GPU cells run with JAX_PLATFORMS=cuda: no silent fall-back to the CPU
+    except RuntimeError as error:
+        raise NoAccelerator(f"JAX has no usable device: {error}") from error
+    on_gpu = dev.platform != "cpu"
 
     def peak():
-        stats = dev.memory_stats() if dev.platform != "cpu" else None
+        stats = dev.memory_stats() if on_gpu else None
         return stats.get("peak_bytes_in_use") if stats else None
+
+    def set_tf32(allowed: bool) -> dict:
+        if allowed:
+            return {"jax_default_matmul_precision": "library default"}
+        jax.config.update("jax_default_matmul_precision", "highest")    # XLA's own GEMMs too, not only cuBLAS
+        return {"jax_default_matmul_precision": "highest"}
+
+    def matmul(a, b):
+        return np.asarray(jax.numpy.matmul(jax.device_put(a, dev), jax.device_put(b, dev)))
+
+    def device():
+        backend = jax.extend.backend.get_backend() if hasattr(jax, "extend") else None
+        return {"kind": "gpu" if on_gpu else "cpu", "name": dev.device_kind if on_gpu else "cpu",
+                "count": jax.device_count(), "platform_version": getattr(backend, "platform_version", None)}
     return {"sync": jax.block_until_ready,   # non-array leaves (python floats from train_on_batch) pass through
             "sync_name": "jax.block_until_ready",
-            "device_name": lambda: dev.device_kind if dev.platform != "cpu" else "cpu",
-            "peak_device_memory_bytes": peak}
+            "device": device, "set_tf32": set_tf32, "matmul": matmul,
+            "peak_device_memory_bytes": peak,
+            "reset_peak_device_memory": lambda: False}       # JAX keeps one peak per process: no reset
 
 
 def tf_hooks() -> dict:
@@ -36,17 +72,60 @@ def tf_hooks() -> dict:
         sync, sync_name = (lambda _: tf.test.experimental.sync_devices()), "tf.test.experimental.sync_devices"
     else:
         sync, sync_name = (lambda _: None), "none: TensorFlow runs synchronously on this CPU"
-    return {"sync": sync, "sync_name": sync_name,
-            "device_name": lambda: tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-            if gpus else "cpu",
+
+    def set_tf32(allowed: bool) -> dict:
+        if allowed:
+            return {"tf.config.experimental.enable_tensor_float_32_execution": "library default"}
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        return {"tf.config.experimental.enable_tensor_float_32_execution": False}
+
+    def matmul(a, b):
+        with tf.device("/GPU:0" if gpus else "/CPU:0"):
+            return tf.linalg.matmul(tf.constant(a), tf.constant(b)).numpy()
+
+    def reset_peak():
+        if gpus:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+        return bool(gpus)
+
+    def device():
+        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else "cpu"
+        return {"kind": "gpu" if gpus else "cpu", "name": name, "count": len(gpus),
+                "platform_version": tf.sysconfig.get_build_info().get("cuda_version")}
+    return {"sync": sync, "sync_name": sync_name, "device": device, "set_tf32": set_tf32, "matmul": matmul,
             "peak_device_memory_bytes": lambda: tf.config.experimental.get_memory_info("GPU:0")["peak"]
-            if gpus else None}
+            if gpus else None,
+            "reset_peak_device_memory": reset_peak}
 
 
 def torch_hooks() -> dict:
     import torch
     cuda = torch.cuda.is_available()
+
+    def set_tf32(allowed: bool) -> dict:
+        if allowed:
+            return {"torch.backends.cuda.matmul.allow_tf32": "library default",
+                    "torch.backends.cudnn.allow_tf32": "library default"}
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        return {"torch.backends.cuda.matmul.allow_tf32": False, "torch.backends.cudnn.allow_tf32": False,
+                "torch.float32_matmul_precision": "highest"}
+
+    def matmul(a, b):
+        where = "cuda" if cuda else "cpu"
+        return (torch.as_tensor(a, device=where) @ torch.as_tensor(b, device=where)).cpu().numpy()
+
+    def reset_peak():
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        return cuda
+
+    def device():
+        return {"kind": "gpu" if cuda else "cpu", "name": torch.cuda.get_device_name(0) if cuda else "cpu",
+                "count": torch.cuda.device_count(), "platform_version": torch.version.cuda}
     return {"sync": (lambda _: torch.cuda.synchronize()) if cuda else (lambda _: None),
             "sync_name": "torch.cuda.synchronize" if cuda else "none: torch runs synchronously on a CPU",
-            "device_name": lambda: torch.cuda.get_device_name(0) if cuda else "cpu",
-            "peak_device_memory_bytes": lambda: torch.cuda.max_memory_allocated() if cuda else None}
+            "device": device, "set_tf32": set_tf32, "matmul": matmul,
+            "peak_device_memory_bytes": lambda: torch.cuda.max_memory_allocated() if cuda else None,
+            "reset_peak_device_memory": reset_peak}

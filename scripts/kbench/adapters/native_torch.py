@@ -236,7 +236,8 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return value.detach()
-    return _workload(module, step, spec, seen)
+    # Under reduce-overhead the loss is a CUDA-graph output that the next replay overwrites: keep a copy.
+    return _workload(module, step, spec, seen, keep=torch.Tensor.clone)
 
 
 def _predict(module, inputs, spec) -> Workload:

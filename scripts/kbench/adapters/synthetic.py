@@ -4,6 +4,8 @@ spec["arch"]: {"matrix_size": N}; spec["task_options"]:
   fault: None | "raise" | "exit" | "abort" | "hang" (while building) | "step" (every step raises) | "overflow" (a fit
          whose float16 loss overflows to inf, as an fp16 run without loss scaling can)
   trainable: how many of the 2*N*N parameters to report trainable (default all)
+  reuse_output: a fit whose steps return one buffer, overwritten by each step with a falling loss (as CUDA-graph
+         replays reuse their output memory); the workload keeps a copy of the first
   device_ms: each step also queues this many milliseconds of work on a simulated asynchronous device (a worker
          thread) and returns at once, as a GPU step does; only the backend's sync waits for that work. A harness that
          timed without the backend's sync would report the dispatch time, not the work.
@@ -18,6 +20,7 @@ import time
 
 import numpy as np
 
+from kbench import numerics
 from kbench.adapters import Backend, Workload, dtype_name, for_tasks
 
 
@@ -45,8 +48,16 @@ DEVICE = AsyncDevice()
 
 
 def backend() -> Backend:
-    return Backend(name="numpy", sync=DEVICE.sync, sync_name="synthetic device queue join", device_name=lambda: "cpu",
-                   peak_device_memory_bytes=lambda: None, package_versions=lambda: {"numpy": np.__version__})
+    """A CPU backend. KBENCH_SYNTHETIC_MATMUL=tf32 makes its float32 matmul round its inputs to TF32's 10-bit
+    mantissa, as a GPU with TF32 left on would (the numerics probe must see it)."""
+    def matmul(a, b):
+        if os.environ.get("KBENCH_SYNTHETIC_MATMUL") == "tf32":
+            a, b = numerics.round_mantissa(a, 10), numerics.round_mantissa(b, 10)
+        return a @ b
+    return Backend(name="numpy", sync=DEVICE.sync, sync_name="synthetic device queue join",
+                   device=lambda: {"kind": "cpu", "name": "cpu", "count": 1, "platform_version": None},
+                   set_tf32=lambda allowed: {}, matmul=matmul, peak_device_memory_bytes=lambda: None,
+                   reset_peak_device_memory=lambda: False, package_versions=lambda: {"numpy": np.__version__})
 
 
 def prepare(spec: dict) -> dict:
@@ -79,8 +90,15 @@ def _matmul(spec: dict, rng) -> Workload:
 
     def fit_step():     # a "loss" in float16, as a half-precision forward pass computes it
         return np.float16(np.square(predict_step()).mean() * scale)
-    return Workload(step=fit_step if spec["task"] == "fit" else predict_step, params_total=2 * n * n,
-                    params_trainable=trainable, examples_per_step=spec["batch_size"],
+
+    buffer, steps = np.zeros((), np.float32), iter(range(1 << 30))
+
+    def overwriting_fit_step():
+        buffer[...] = fit_step() / (1 + next(steps))
+        return buffer
+    step = {"fit": overwriting_fit_step if options.get("reuse_output") else fit_step}.get(spec["task"], predict_step)
+    return Workload(step=step, params_total=2 * n * n, params_trainable=trainable,
+                    examples_per_step=spec["batch_size"], keep=np.copy,
                     dtypes=lambda: {"weights": dtype_name(a.dtype), "compute": dtype_name((a @ b).dtype)})
 
 

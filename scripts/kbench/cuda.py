@@ -1,0 +1,54 @@
+"""Which CUDA a stack's lock carries, and the oldest NVIDIA Linux driver that runs it: derived from the lock's pins,
+never from a hand-kept list of stacks.
+
+The CUDA version comes from the CUDA runtime wheel (nvidia-cuda-runtime-cu12==12.9.79, or nvidia-cuda-runtime==13.0.96
+in CUDA 13's naming), else from the cuda-toolkit meta package. A lock without either is CPU-only.
+
+Driver floors (Linux x86_64), CUDA minor-version compatibility: CUDA 11.x >= 450.80.02, 12.x >= 525.60.13,
+13.x >= 580.65.06 (the first R580 release). Sources: NVIDIA CUDA Toolkit Release Notes, "CUDA Toolkit and Minimum
+Required Driver Version for CUDA Minor Version Compatibility"; CUDA Compatibility guide, "Minor Version
+Compatibility" (docs.nvidia.com/deploy/cuda-compatibility). The release driver of each CUDA minor is given beside
+it: PTX that a driver has to compile itself needs at least that one (minor-version compatibility covers compiled
+SASS only); JAX/XLA and Triton compile with their own ptxas and so run on the floor, XLA warning and compiling
+serially on a driver older than its ptxas.
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+RELEASE_DRIVER = {(12, 0): "525.60.13", (12, 2): "535.54.03", (12, 4): "550.54.14", (12, 6): "560.28.03",
+                  (12, 8): "570.26", (12, 9): "575.51.03", (13, 0): "580.65.06"}
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\d+)\.(\d+)[^\s;\\]*", re.M)
+_RUNTIME = re.compile(r"nvidia-cuda-runtime(-cu\d+)?")
+_TOOLKIT = re.compile(r"cuda-toolkit")
+
+
+class CudaRequirement(NamedTuple):
+    cuda: str                    # "12.9": major.minor of the CUDA runtime the lock carries
+    min_driver: str              # the oldest Linux driver that runs it (minor-version compatibility)
+    release_driver: str | None   # the driver of that CUDA minor's release (None: not in the table)
+    pin: str                     # the pin it was read from
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def driver_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def requirement(lock_text: str) -> CudaRequirement | None:
+    """The CUDA a lock carries and the driver it needs; None for a CPU-only lock."""
+    pins = [(_normalize(m[1]), (int(m[2]), int(m[3])), m[0].split()[0]) for m in _PIN.finditer(lock_text)]
+    source = ([(v, p) for n, v, p in pins if _RUNTIME.fullmatch(n)]
+              or [(v, p) for n, v, p in pins if _TOOLKIT.fullmatch(n)])
+    if not source:
+        return None
+    version, pin = max(source)
+    if version[0] not in MIN_DRIVER:
+        raise ValueError(f"no driver floor known for CUDA {version[0]}.x ({pin})")
+    return CudaRequirement(f"{version[0]}.{version[1]}", MIN_DRIVER[version[0]], RELEASE_DRIVER.get(version), pin)

@@ -1,0 +1,43 @@
+"""The float32 probe's classifier on products computed in lower precision (inputs rounded as a TF32 or bfloat16 unit
+rounds them), and a cell whose probe says TF32 although TF32 was switched off."""
+import numpy as np
+import pytest
+
+from kbench import numerics
+
+
+def product(bits=None, output_bits=None):
+    a, b = numerics.probe_inputs()
+    if bits:
+        a, b = numerics.round_mantissa(a, bits), numerics.round_mantissa(b, bits)
+    c = a.astype(np.float64) @ b.astype(np.float64)           # float64 accumulation: only the input width counts
+    return numerics.round_mantissa(c.astype(np.float32), output_bits) if output_bits else c.astype(np.float32)
+
+
+@pytest.mark.parametrize("bits, output_bits, expected", [
+    (None, None, "fp32"), (10, None, "tf32"), (7, None, "bf16"), (None, 7, "bf16"), (7, 7, "bf16")])
+def test_the_classifier_names_the_width_the_product_was_computed_in(bits, output_bits, expected):
+    a, b = numerics.probe_inputs()
+    assert numerics.classify(numerics.relative_error(product(bits, output_bits), a, b)) == expected
+
+
+def test_float16_inputs_read_as_tf32_width():
+    """float16 has TF32's 10-bit mantissa: the probe tells precision width, not the format's range."""
+    a, b = numerics.probe_inputs()
+    c = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
+    assert numerics.classify(numerics.relative_error(c, a, b)) == "tf32"
+
+
+def test_round_mantissa_keeps_exactly_the_asked_bits():
+    x = np.array([1 + 2**-10 + 2**-12, 1 + 2**-8, 1 + 3 * 2**-8], np.float32)
+    assert numerics.round_mantissa(x, 10).tolist() == [1 + 2**-10, 1 + 2**-8, 1 + 3 * 2**-8]
+    assert numerics.round_mantissa(x, 7).tolist() == [1.0, 1.0, 1 + 2**-6]     # halfway: to the even neighbour
+
+
+def test_a_float32_cell_must_be_float32_only_where_tf32_was_switched_off():
+    tf32 = numerics.probe(lambda a, b: product(10))
+    assert tf32["observed_class"] == "tf32"
+    with pytest.raises(numerics.ReducedPrecision, match="float32 matmul probe says tf32"):
+        numerics.check(tf32, "off")
+    numerics.check(tf32, "library-default")      # the anchor's setting: recorded, not refused
+    numerics.check(numerics.probe(lambda a, b: a @ b), "off")
