@@ -7,8 +7,6 @@ A step is exactly one Keras call: train_on_batch, one compiled forward call, or 
 """
 from __future__ import annotations
 
-import os
-
 from kbench import models
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 from kbench.adapters import _inputs as data
@@ -17,10 +15,10 @@ _PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "t
 
 
 def backend() -> Backend:
-    # TensorFlow shows up on every backend (keras-hub imports tensorflow-text): off the GPUs unless it is measured.
-    hidden = os.environ.get("KERAS_BACKEND") != "tensorflow" and _hooks.hide_gpus_from_tensorflow()
-    import keras
+    import keras      # before TensorFlow: torch imported after TensorFlow segfaults (seen with torch 2.13, TF 2.21)
     name = keras.backend.backend()
+    # TensorFlow shows up on every backend (keras-hub imports tensorflow-text): off the GPUs unless it is measured.
+    hidden = name != "tensorflow" and _hooks.hide_gpus_from_tensorflow()
     hooks = {"jax": _hooks.jax_hooks, "tensorflow": _hooks.tf_hooks, "torch": _hooks.torch_hooks}[name]()
     return Backend(name=name, package_versions=lambda: _hooks.package_versions(_PACKAGES),
                    memory_policy={"tensorflow_hidden_from_gpus": hidden}, **hooks)
