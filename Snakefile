@@ -27,4 +27,3 @@ rule all:
     input:
         table_files(config["suite"]),
         plot_files(config["suite"]),
-        results("tables", config["suite"], "run_facts.html"),

@@ -4,9 +4,9 @@ rule cell:
         environment=environment_record,
         harness=harness_sources,
     output:
-        results("cells/{suite}/{model}/{task}/bs{batch}/{precision}/{framework}.json"),
+        results("cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.json"),
     log:
-        results("logs/cells/{suite}/{model}/{task}/bs{batch}/{precision}/{framework}.log"),
+        results("logs/cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.log"),
     params:
         spec=cell_spec,
         not_applicable=lambda wildcards: cell_of(wildcards).not_applicable,

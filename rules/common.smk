@@ -13,7 +13,7 @@ SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import envs, matrix, precision, preflight, records, tables
+from kbench import departures, envs, matrix, precision, preflight, records, tables
 
 validate(config, "../schemas/config.schema.yaml")
 matrix.check_references(config)
@@ -26,6 +26,7 @@ PLOTS = [f"{name}.{fmt}" for name in ("ms_per_step", "speedup", "first_step") fo
 
 wildcard_constraints:
     suite="|".join(config["suites"]),
+    profile="|".join(config["profile_defs"]),
     model="|".join(config["model_defs"]),
     task="|".join(matrix.TASKS),
     batch=r"\d+",
@@ -45,8 +46,8 @@ def cell_json(cell):
 
 
 def cell_of(wildcards):
-    return matrix.Cell(wildcards.suite, wildcards.model, wildcards.task, int(wildcards.batch), wildcards.precision,
-                       wildcards.framework,
+    return matrix.Cell(wildcards.suite, wildcards.profile, wildcards.model, wildcards.task, int(wildcards.batch),
+                       wildcards.precision, wildcards.framework,
                        matrix.not_applicable_reason(config, wildcards.model, wildcards.task, wildcards.framework))
 
 
@@ -81,21 +82,28 @@ def harness_sources(wildcards):
 
 def cell_spec(wildcards):
     return matrix.spec(config, wildcards.suite, wildcards.model, wildcards.task, int(wildcards.batch),
-                       wildcards.precision, wildcards.framework)
+                       wildcards.precision, wildcards.framework, wildcards.profile)
+
+
+def profile_cells(wildcards):
+    """The cell JSONs of one profile of the suite, in the config's order."""
+    return [cell_json(c) for c in matrix.cells(config, wildcards.suite) if c.profile == wildcards.profile]
 
 
 def table_files(suite):
-    return [results("tables", suite, name) for name in tables.OUTPUTS]
+    """Every profile's tables, the departures page and the run facts."""
+    return ([results("tables", suite, profile, name) for profile in config["profiles"] for name in tables.OUTPUTS]
+            + [results("tables", suite, name) for name in departures.OUTPUTS + ["run_facts.html"]])
 
 
 def plot_files(suite):
-    return [results("plots", suite, name) for name in PLOTS]
+    return [results("plots", suite, profile, name) for profile in config["profiles"] for name in PLOTS]
 
 
-def in_report(path, category):
+def in_report(path, category, subcategory=None):
     """An output the Snakemake report shows (HTML tables, PNG plots), with its caption from report/<name>.rst."""
     name = os.path.basename(path).rsplit(".", 1)[0]
-    return report(path, caption=f"../report/{name}.rst", category=category)
+    return report(path, caption=f"../report/{name}.rst", category=category, subcategory=subcategory)
 
 
 def image_archives(suite):

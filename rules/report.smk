@@ -1,16 +1,16 @@
 rule plots:
-    """The suite's charts (ms/step per model/task, speedup, first-step time), PNG shown in the report, SVG beside."""
+    """A profile's charts (ms/step per model/task, speedup, first-step time), PNG shown in the report, SVG beside."""
     input:
-        results("tables/{suite}/cells_long.csv"),
+        results("tables/{suite}/{profile}/cells_long.csv"),
     output:
-        [in_report(results("plots/{suite}", name), "Plots") if name.endswith(".png")
-         else results("plots/{suite}", name) for name in PLOTS],
+        [in_report(results("plots/{suite}/{profile}", name), "Plots", "{profile}") if name.endswith(".png")
+         else results("plots/{suite}/{profile}", name) for name in PLOTS],
     log:
-        results("logs/plots/{suite}.log"),
+        results("logs/plots/{suite}/{profile}.log"),
     params:
         frameworks=",".join(config["frameworks"]),
         keras3=",".join(matrix.keras3_frameworks(config)),
-        out_dir=lambda wildcards: results("plots", wildcards.suite),
+        out_dir=lambda wildcards: results("plots", wildcards.suite, wildcards.profile),
     localrule: True
     shell:
         "python -m kbench.plots --frameworks={params.frameworks} --keras3={params.keras3} "
@@ -39,7 +39,6 @@ rule archive:
         cells=[cell_json(c) for c in matrix.cells(config)],
         tables=table_files(config["suite"]),
         plots=plot_files(config["suite"]),
-        facts=results("tables", config["suite"], "run_facts.html"),
         report=results("report", f"{config['suite']}.html"),
         environments=stack_records(config["suite"]),
         images=image_archives(config["suite"]) if config["archive_images"] else [],

@@ -1,20 +1,40 @@
 rule tables:
-    """Every cell of a suite -> the anchor-shaped ms/step and speedup tables, parameter counts, the precision study's
-    tables and the long table."""
+    """One profile's cells of a suite -> the anchor-shaped ms/step and speedup tables, parameter counts, the precision
+    study's tables and the long table."""
     input:
-        cells=lambda wildcards: [cell_json(c) for c in matrix.cells(config, wildcards.suite)],
+        cells=profile_cells,
     output:
-        [in_report(results("tables/{suite}", name), "Tables") if name.endswith(".html")
-         else results("tables/{suite}", name) for name in tables.OUTPUTS],
+        [in_report(results("tables/{suite}/{profile}", name), "Tables", "{profile}") if name.endswith(".html")
+         else results("tables/{suite}/{profile}", name) for name in tables.OUTPUTS],
     log:
-        results("logs/tables/{suite}.log"),
+        results("logs/tables/{suite}/{profile}.log"),
     params:
         frameworks=",".join(config["frameworks"]),
         keras3=",".join(matrix.keras3_frameworks(config)),
         baseline=config["precision_study"]["baseline"],
         claims=json.dumps(config["precision_study"]["claims"]),
+        unreproduced=lambda wildcards: json.dumps(departures.unreproduced(config, wildcards.profile)),
+        out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
+    localrule: True
+    shell:
+        "python -m kbench.tables --profile {wildcards.profile} --frameworks={params.frameworks} "
+        "--keras3={params.keras3} --baseline={params.baseline} --claims={params.claims:q} "
+        "--unreproduced={params.unreproduced:q} --out {params.out_dir} {input.cells} > {log} 2>&1"
+
+
+rule departures:
+    """Every way this project's cells differ from the published benchmark's code, as the config lists them, for the
+    report (and which profile keeps the anchor's behaviour)."""
+    output:
+        [in_report(results("tables/{suite}", name), "Departures") if name.endswith(".html")
+         else results("tables/{suite}", name) for name in departures.OUTPUTS],
+    log:
+        results("logs/departures/{suite}.log"),
+    params:
+        departures=json.dumps(config["departures"]),
+        profiles=json.dumps(config["profile_defs"]),
         out_dir=lambda wildcards: results("tables", wildcards.suite),
     localrule: True
     shell:
-        "python -m kbench.tables --frameworks={params.frameworks} --keras3={params.keras3} "
-        "--baseline={params.baseline} --claims={params.claims:q} --out {params.out_dir} {input.cells} > {log} 2>&1"
+        "python -m kbench.departures --departures={params.departures:q} --profiles={params.profiles:q} "
+        "--out {params.out_dir} > {log} 2>&1"

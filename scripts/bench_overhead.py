@@ -28,7 +28,7 @@ def host(args) -> int:
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     precision = config["model_defs"][args.model]["precisions"][0]
-    spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, args.framework)
+    spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, args.framework, "strict")
     spec["steps"] = {"warmup": 1, "timed": args.steps}
     stack = matrix.stack_of(config, args.framework)
     python = REPO / ".envs" / f"{stack}.cpu" / "bin" / "python"
@@ -48,7 +48,7 @@ def in_env() -> int:
 
     adapter = adapters.load(spec["framework_def"]["adapter"])
     backend = adapter.backend()
-    workload = adapter.build(spec)
+    workload = adapters.build(adapter, spec)
     steps = spec["steps"]["timed"]
 
     def bare_loop_ms() -> float:

@@ -23,7 +23,7 @@ from kbench import files, launch, matrix, records, tables  # noqa: E402
 
 def census(config: dict, framework: str, size: str, runtime: str, results: Path) -> list[dict]:
     suite = next(name for name, suite in config["suites"].items() if suite["size"] == size)
-    rows = [(c.model, c.task) for c in matrix.cells({**config, "frameworks": [framework]}, suite)
+    rows = [(c.model, c.task) for c in matrix.cells({**config, "frameworks": [framework], "profiles": ["strict"]}, suite)
             if not c.not_applicable]
     # Batch size 1 and the model's first precision: parameter counts depend on neither, and the inputs stay small.
     specs = [matrix.spec(config, suite, model, task, 1, config["model_defs"][model]["precisions"][0], framework)

@@ -23,7 +23,7 @@ RUNS = {"podman": (["bert", "sam"], ["native-torch-eager", "native-torch-compile
         "host": (["bert"], ["keras3-jax", "keras3-tensorflow"])}
 # The LLM and diffusion families (LoRA fit, generate, pure bfloat16; VAE fit, guided denoising) in one column per
 # family: generate at batch 1 only, to keep CI short.
-FAMILIES = (["gemma", "stable_diffusion"], ["native-torch-eager", "keras3-jax", "keras3-torch"])
+FAMILIES = (["gemma", "stable_diffusion"], ["native-torch-eager", "native-torch-compiled", "keras3-jax", "keras3-torch"])
 FAMILIES_CONFIG = {"model_defs": {"gemma": {"sizes": {"tiny": {"batch_sizes": {"generate": [1]}}}}}}
 BACKENDS = {"native-torch-eager": "torch", "native-torch-compiled": "torch", "keras2": "tensorflow",
             "keras3-jax": "jax", "keras3-tensorflow": "tensorflow", "keras3-torch": "torch"}
@@ -39,7 +39,7 @@ FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-
                      "keras3": ("keras", "3.15.1")}
 
 
-def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None):
+def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict"):
     results = tmp_path_factory.mktemp(f"results-{runtime}")
     extra = []
     if overlay:
@@ -47,9 +47,9 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
         extra = ["--configfile", str(results / "overlay.yaml")]
     proc = snakemake("--cores", "all", *extra, "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
                      f"results_dir={results}", f"models=[{','.join(models)}]", f"frameworks=[{','.join(frameworks)}]",
-                     f"precisions=[{','.join(precisions)}]", timeout=3600)
+                     f"precisions=[{','.join(precisions)}]", f"profiles=[{profile}]", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-5000:]
-    return runtime, models, frameworks, results
+    return runtime, models, frameworks, results / "tables" / "tiny" / profile, results
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +64,18 @@ def host_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def precision_run(tmp_path_factory):
-    """The mixed-precision study's ResNet-50 fit: every framework x precision, each in its podman image."""
-    return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED)
+    """The mixed-precision study's ResNet-50 fit: every framework x precision, each in its podman image, in the
+    anchor profile (its settings are checked against the cells' evidence too)."""
+    return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED, profile="anchor")
 
 
 @pytest.fixture(scope="module")
 def families_run(tmp_path_factory):
+    """The LLM and diffusion families in the anchor profile: the native compiled column at the anchor's compile
+    sites (generate: torch.compile(model), SD predict: the whole step, SD fit: the whole train step; LoRA fit
+    compiled), Keras 3 on torch uncompiled, bf16 LoRA adapters natively."""
     return run_tiny("podman", tmp_path_factory, *FAMILIES, precisions=["float32", "bfloat16"],
-                    overlay=FAMILIES_CONFIG)
+                    overlay=FAMILIES_CONFIG, profile="anchor")
 
 
 @pytest.fixture(params=list(RUNS))
@@ -89,20 +93,20 @@ def cells(results) -> list[cell.CellResult]:
 
 
 def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
-    runtime, models, frameworks, results = tiny_run
-    table = pd.read_csv(results / "tables" / "tiny" / "ms_per_step.csv")
+    runtime, models, frameworks, tables, results = tiny_run
+    table = pd.read_csv(tables / "ms_per_step.csv")
     assert list(table.columns) == ["model", "task", "batch_size", "precision", *frameworks, "params_parity"]
     assert len(table) == 2 * len(models)
     values = table[frameworks].astype(float)     # "failed: ..." would not parse
     assert (values > 0).all().all()
     # BERT and SAM are the same models in every library: same parameter counts (SAM within 0.04 %), no flag.
     assert table["params_parity"].isna().all()
-    speedup = pd.read_csv(results / "tables" / "tiny" / "speedup.csv")
+    speedup = pd.read_csv(tables / "speedup.csv")
     assert {f"vs {f} %" for f in frameworks} <= set(speedup.columns)
 
 
 def test_cells_record_backend_environment_and_timing(tiny_run):
-    runtime, models, frameworks, results = tiny_run
+    runtime, models, frameworks, tables, results = tiny_run
     for result in cells(results):
         assert result.status == "ok", result.error
         prov, framework_def = result.provenance, result.spec["framework_def"]
@@ -120,7 +124,7 @@ def test_cells_record_backend_environment_and_timing(tiny_run):
 
 
 def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
-    runtime, models, frameworks, results = any_run
+    runtime, models, frameworks, tables, results = any_run
     found = cells(results)
     assert found
     for result in found:
@@ -150,9 +154,9 @@ def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
 
 
 def test_llm_and_diffusion_families_ran_in_every_family_of_columns(families_run):
-    runtime, models, frameworks, results = families_run
+    runtime, models, frameworks, tables, results = families_run
     found = {result.cell_id: result for result in cells(results)}
-    assert {(r["spec"]["model"], r["spec"]["task"], r["spec"]["framework"]) for r in found.values()} == {
+    assert {(r.spec["model"], r.spec["task"], r.spec["framework"]) for r in found.values()} == {
         (model, task, framework) for model, tasks in (("gemma", ("fit", "generate")),
                                                       ("stable_diffusion", ("fit", "predict")))
         for task in tasks for framework in frameworks}
@@ -161,14 +165,14 @@ def test_llm_and_diffusion_families_ran_in_every_family_of_columns(families_run)
             assert result.spec["precision"] == "bfloat16"       # pure bf16: bf16 weights (asserted above)
         if result.spec["task"] == "fit" and result.spec["model"] == "gemma":   # LoRA trains its factors only
             assert 0 < result.params["trainable"] < result.params["total"] / 10, result.params
-    table = pd.read_csv(results / "tables" / "tiny" / "ms_per_step.csv")
+    table = pd.read_csv(tables / "ms_per_step.csv")
     assert (table[frameworks].astype(float) > 0).all().all()
 
 
 def test_keras2_lora_that_trains_nothing_is_failed_not_timed(podman_run, tmp_path):
     """Keras 2's enable_lora silently leaves nothing trainable. Mistral builds on Keras 2 in float32 (not in the
     anchor's bf16, hence n/a in config.yaml): run that real cell in the keras2 image and see it refused."""
-    runtime, models, frameworks, results = podman_run
+    runtime, models, frameworks, tables, results = podman_run
     config = {**CONFIG, "accelerator": "cpu"}
     spec = matrix.spec(config, "tiny", "mistral", "fit", 8, "float32", "keras2")
     result = launch.run_cell(spec, "podman", results / "images" / "keras2.cpu.json", tmp_path / "cell.json",
@@ -178,7 +182,7 @@ def test_keras2_lora_that_trains_nothing_is_failed_not_timed(podman_run, tmp_pat
 
 
 def test_podman_cells_name_the_image_they_ran_in(podman_run):
-    runtime, models, frameworks, results = podman_run
+    runtime, models, frameworks, tables, results = podman_run
     for result in cells(results):
         stack, environment = result.spec["framework_def"]["stack"], result.provenance["environment"]
         record = json.loads((results / "images" / f"{stack}.cpu.json").read_text())
@@ -188,14 +192,14 @@ def test_podman_cells_name_the_image_they_ran_in(podman_run):
 
 
 def test_host_cells_name_the_venv_they_ran_in(host_run):
-    runtime, models, frameworks, results = host_run
+    runtime, models, frameworks, tables, results = host_run
     for result in cells(results):
         stack, environment = result.spec["framework_def"]["stack"], result.provenance["environment"]
         assert environment["kind"] == "venv" and environment["prefix"].endswith(f".envs/{stack}.cpu")
 
 
 def test_exported_oci_archive_carries_the_recorded_image(podman_run):
-    runtime, models, frameworks, results = podman_run
+    runtime, models, frameworks, tables, results = podman_run
     target = results / "images" / "keras3-jax.cpu.oci.tar"
     proc = snakemake(str(target), "--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman",
                      f"results_dir={results}")
@@ -209,8 +213,8 @@ def test_exported_oci_archive_carries_the_recorded_image(podman_run):
 
 
 def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_run):
-    runtime, models, frameworks, results = precision_run
-    table = pd.read_csv(results / "tables" / "tiny" / "precision.csv")
+    runtime, models, frameworks, tables, results = precision_run
+    table = pd.read_csv(tables / "precision.csv")
     assert table.framework.tolist() == ALL_FRAMEWORKS and list(table.columns[-3:]) == MIXED
     assert (table[MIXED].astype(float) > 0).all().all()       # "failed: ..." would not parse
     for result in cells(results):
@@ -218,7 +222,7 @@ def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_
         assert result.status == "ok", (result.cell_id, result.error)
         assert result.cell_id.split("/")[-2] == spec["precision"] and result.provenance["runtime"] == "podman"
         assert math.isfinite(losses["first_timed_step"]) and math.isfinite(losses["last_timed_step"])
-    speedup = pd.read_csv(results / "tables" / "tiny" / "precision_speedup.csv")
+    speedup = pd.read_csv(tables / "precision_speedup.csv")
     assert list(speedup.columns[-4:]) == ["fp32 / fp16 x", "fp32 / bf16 x", "claimed x", "claim"]
     assert (speedup[["fp32 / fp16 x", "fp32 / bf16 x"]] > 0).all().all() and (speedup["claimed x"] == 1.5).all()
 
@@ -227,7 +231,7 @@ def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_
 def test_a_diverging_fit_is_failed_for_its_non_finite_loss(precision_run, framework, tmp_path):
     """Injected overflow: a learning rate of 1e10 drives ResNet-50's weights and activations past float range within
     a few steps; the cell must come back failed with its losses, not timed."""
-    runtime, models, frameworks, results = precision_run
+    runtime, models, frameworks, tables, results = precision_run
     spec = matrix.spec({**CONFIG, "accelerator": "cpu"}, "tiny", "resnet50", "fit", 4, "float32", framework)
     spec["task_options"]["learning_rate"] = 1e10
     spec["steps"] = {"warmup": 1, "timed": 4}
@@ -243,7 +247,7 @@ def test_a_gpu_cell_whose_framework_finds_no_gpu_fails_as_no_accelerator(podman_
     """A GPU spec in a CPU-only container (no GPU handed in, as a runtime without GPU plumbing would leave it): each
     framework's own view of its device fails the cell before the model is built, JAX included (JAX_PLATFORMS=cuda,
     no silent CPU fall-back)."""
-    runtime, models, frameworks, results = podman_run
+    runtime, models, frameworks, tables, results = podman_run
     spec = matrix.spec({**CONFIG, "accelerator": "gpu"}, "tiny", "bert", "predict", 2, "float32", framework)
     environment = records.read(results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json")
     out = tmp_path / "cell.json"
@@ -253,3 +257,67 @@ def test_a_gpu_cell_whose_framework_finds_no_gpu_fails_as_no_accelerator(podman_
     result = cell.read(out)
     assert result.status == "failed" and result.error["type"] == "NoAccelerator", result.error
     assert result.params is None and result.timing is None
+
+
+def expected_evidence(result: cell.CellResult) -> dict:
+    """What a cell must have done: its profile's settings, which come from config `settings` and the departures that
+    profile keeps (a lora_dtype of "model" is the weights' dtype)."""
+    expected = dict(result.spec["settings"])
+    expected.pop("not_compilable", None)
+    if expected.get("lora_dtype") == "model":
+        expected["lora_dtype"] = result.spec["dtypes"]["weights"]
+    return expected
+
+
+def test_every_cell_did_what_its_profiles_settings_and_departures_say(any_run):
+    """The departures in config, checked against the cells: TF32 mode applied, warm-up steps run, whether and where
+    the cell compiled (read from the objects it built), LoRA adapter dtype, and no metric work in a Keras fit."""
+    runtime, models, frameworks, tables, results = any_run
+    for result in cells(results):
+        expected, evidence = expected_evidence(result), result.evidence
+        assert {"tf32", "warmup", "jit_compile"} <= set(evidence), (result.cell_id, evidence)
+        assert {k: evidence.get(k) for k in expected} == expected, result.cell_id
+        if result.spec["task"] == "fit" and result.spec["framework_def"]["adapter"] != "native_torch":
+            assert evidence["metrics"] == [], result.cell_id
+
+
+def test_anchor_cells_show_the_anchors_settings(families_run, precision_run):
+    """The departures the anchor profile keeps, seen in its cells' evidence (not only in their specs)."""
+    found = {r.cell_id.split("/", 2)[2]: r.evidence for run in (families_run, precision_run) for r in cells(run[-1])}
+    assert found["gemma/generate/bs1/bfloat16/native-torch-compiled"]["compile_site"] == "model"
+    assert found["stable_diffusion/predict/bs13/float32/native-torch-compiled"]["compile_site"] == "step"
+    assert found["stable_diffusion/fit/bs8/float32/native-torch-compiled"]["compile_site"] == "train-step"
+    assert found["gemma/fit/bs8/bfloat16/native-torch-compiled"]["compile_site"] == "module"     # compiled LoRA fit
+    assert found["gemma/fit/bs8/bfloat16/native-torch-eager"]["lora_dtype"] == "bfloat16"
+    assert found["gemma/fit/bs8/bfloat16/keras3-jax"]["lora_dtype"] == "float32"       # not reproducible (Keras)
+    assert not found["stable_diffusion/fit/bs8/float32/keras3-torch"]["jit_compile"]     # Keras on torch, eager
+    assert {e["warmup"] for k, e in found.items() if "native-torch" in k} == {2}
+    assert {e["warmup"] for k, e in found.items() if "keras" in k and "/generate/" not in k} == {1}
+    assert {e["tf32"] for e in found.values()} == {"library-default"}
+
+
+@pytest.mark.parametrize("profile, framework, model, task, compiled", [
+    ("anchor", "keras2", "sam", "predict", False),      # keras2-without-xla: the anchor predicted uncompiled
+    ("strict", "keras2", "sam", "predict", True),
+])
+def test_keras2_sam_predict_runs_without_xla_only_in_the_anchor_profile(podman_run, tmp_path, profile, framework,
+                                                                         model, task, compiled):
+    runtime, models, frameworks, tables, results = podman_run
+    spec = matrix.spec({**CONFIG, "accelerator": "cpu"}, "tiny", model, task, 4, "float32", framework, profile)
+    spec["steps"] = {**spec["steps"], "timed": 2}
+    result = launch.run_cell(spec, "podman", results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json",
+                             tmp_path / "cell.json", tmp_path / "cell.log", timeout_s=600)
+    assert result.status == "ok", result.error
+    assert result.evidence["jit_compile"] is compiled and result.evidence["warmup"] == spec["steps"]["warmup"]
+
+
+def test_keras3_torch_compiles_in_the_strict_profile(families_run, tmp_path):
+    """keras3-torch-eager is the anchor's; strict compiles Keras on torch (torch.compile through Keras)."""
+    runtime, models, frameworks, tables, results = families_run
+    spec = matrix.spec({**CONFIG, "accelerator": "cpu"}, "tiny", "stable_diffusion", "predict", 2, "float32",
+                       "keras3-torch", "strict")
+    spec["steps"] = {**spec["steps"], "timed": 2}
+    result = launch.run_cell(spec, "podman", results / "images" / "keras3-torch.cpu.json", tmp_path / "cell.json",
+                             tmp_path / "cell.log", timeout_s=900)
+    assert result.status == "ok", result.error
+    assert result.evidence["jit_compile"] is True and spec["settings"]["jit_compile"] is True

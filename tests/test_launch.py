@@ -13,7 +13,7 @@ def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
             "task": task, "batch_size": 4, "framework": "synthetic", "precision": "float32",
             "framework_def": {"stack": "driver", "adapter": "synthetic", "env": {}, "jit_compile": False}, "env": {},
             "dtypes": {"weights": "float64", "compute": "float64", "loss_scaling": False},
-            "accelerator": "cpu", "tf32": "off",
+            "accelerator": "cpu", "settings": {"tf32": "off", "warmup": 1, "jit_compile": False},
             "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault, **task_options},
             "steps": {"warmup": 1, "timed": timed}, "seed": 0}
 
@@ -108,7 +108,7 @@ def test_a_float32_cell_whose_matmul_is_tf32_is_failed(tmp_path, driver_environm
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "failed" and result.error["type"] == "ReducedPrecision", result.error
     assert result.numerics["probe"]["observed_class"] == "tf32" and result.timing is None
-    spec["tf32"] = "library-default"                        # the anchor's setting: recorded, the cell runs
+    spec["settings"]["tf32"] = "library-default"            # the anchor's setting: recorded, the cell runs
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "ok" and result.numerics["probe"]["observed_class"] == "tf32"
 

@@ -15,12 +15,12 @@ from kbench import archive, cell, compare, matrix, records, timing
 
 FRAMEWORKS = ["native-torch-eager", "keras3-jax"]
 ARGS = ["--config", "suite=tiny", "accelerator=cpu", "runtime=podman", "models=[bert]",
-        f"frameworks=[{','.join(FRAMEWORKS)}]", "precisions=[float32]"]
+        f"frameworks=[{','.join(FRAMEWORKS)}]", "precisions=[float32]", "profiles=[strict]"]
 
 
 def fixture_cell(framework, task, batch, mean_ms, record, keras="3.15.1", runtime="podman"):
     config = {**CONFIG, "accelerator": "cpu"}
-    spec = matrix.spec(config, "tiny", "bert", task, batch, "float32", framework)
+    spec = matrix.spec(config, "tiny", "bert", task, batch, "float32", framework, "strict")
     packages = {"keras": keras} if framework.startswith("keras3") else {"torch": "2.13.0"}
     result = cell.new_result(spec, {"runtime": runtime, "environment": record, "device": "cpu",
                                     "packages": packages, "git_commit": "abc"}, "ok")
@@ -46,7 +46,8 @@ def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runti
         records.write(results / records.path(runtime, stack, "cpu"), record)
         environments[framework] = record
     for (framework, task, batch), mean in ms.items():
-        path = results / "cells" / (matrix.Cell("tiny", "bert", task, batch, "float32", framework).cell_id + ".json")
+        path = results / "cells" / (matrix.Cell("tiny", "strict", "bert", task, batch, "float32", framework).cell_id
+                                    + ".json")
         fixture_cell(framework, task, batch, mean, environments[framework], keras, runtime).write(path)
 
 
@@ -70,8 +71,8 @@ def finished_run(tmp_path_factory):
 
 def test_plots_are_written_as_png_and_svg(finished_run):
     for name in ("ms_per_step", "speedup", "first_step"):
-        assert (finished_run / "plots" / "tiny" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
-        assert b"<svg" in (finished_run / "plots" / "tiny" / f"{name}.svg").read_bytes()[:2000]
+        assert (finished_run / "plots" / "tiny" / "strict" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert b"<svg" in (finished_run / "plots" / "tiny" / "strict" / f"{name}.svg").read_bytes()[:2000]
 
 
 class VisibleText(HTMLParser):
@@ -112,9 +113,17 @@ def test_report_renders_in_headless_chromium_with_tables_plots_and_run_facts(fin
     scripts removed, shows the navigation with our categories, the workflow description with the suite, and the
     rule graph (drawn by Vega, whose action menu appears only once it has rendered)."""
     text = rendered_text(finished_run / "report" / "tiny.html")
-    assert "Snakemake Report" in text and "Results Plots Run Tables" in text
-    assert "suite tiny on accelerator cpu , runtime podman" in text
+    assert "Snakemake Report" in text and "Results Departures Plots Run Tables" in text
+    assert "suite tiny on accelerator cpu , runtime podman , profiles strict" in text
     assert "Save as SVG" in text
+
+
+def test_the_departures_page_lists_every_configured_departure(finished_run):
+    page = (finished_run / "tables" / "tiny" / "departures.html").read_text()
+    assert "Departures from the published benchmark" in page and "tag v0.0.5, commit 4f1d20e" in page
+    for departure in CONFIG["departures"]:
+        assert f"<td>{departure['id']}</td>" in page
+    assert "none: Trainer-only work" in page       # kept by no profile: why not
 
 
 def test_run_facts_name_suite_images_and_host(finished_run):
@@ -126,9 +135,9 @@ def test_archive_holds_the_run_and_verifies(finished_run):
     path = finished_run / "archive" / "run1.tar.gz"
     with tarfile.open(path) as tar:
         names = {m.name.removeprefix("run1/") for m in tar.getmembers()}
-    assert {"MANIFEST.sha256", "run.json", "config.resolved.yaml", "report/tiny.html", "tables/tiny/ms_per_step.csv",
-            "plots/tiny/ms_per_step.svg", "images/keras3-jax.cpu.json", "envs/keras3-jax.gpu.lock",
-            "containers/Containerfile", "cells/tiny/bert/fit/bs32/float32/keras3-jax.json"} <= names
+    assert {"MANIFEST.sha256", "run.json", "config.resolved.yaml", "report/tiny.html", "tables/tiny/strict/ms_per_step.csv",
+            "plots/tiny/strict/ms_per_step.svg", "images/keras3-jax.cpu.json", "envs/keras3-jax.gpu.lock",
+            "containers/Containerfile", "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.json"} <= names
     assert archive.verify(path) == []
     assert archive.main(["verify", str(path)]) == 0
 
@@ -153,7 +162,7 @@ def rewrite(source, target, change, extra=None, remanifest=False):
                 new.addfile(info, io.BytesIO(data))
 
 
-CELL = "cells/tiny/bert/fit/bs32/float32/keras3-jax.json"
+CELL = "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.json"
 
 
 def test_verify_names_one_changed_byte(finished_run, tmp_path):
@@ -174,7 +183,7 @@ def test_verify_names_a_removed_file_and_the_table_row_it_leaves_unbacked(finish
             lambda name, data: None if name.endswith(CELL) else data)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert problems[:2] == [f"{CELL}: missing (listed in MANIFEST.sha256)", f"{CELL}: missing (the tables list this cell)"]
-    assert "tables/tiny/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
+    assert "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
 
 
 def test_verify_names_an_extra_file(finished_run, tmp_path):
@@ -208,16 +217,16 @@ def test_verify_names_an_edited_mean_even_under_a_rewritten_manifest(finished_ru
     rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert f"{CELL}: mean_ms 10.0 is not that of its step_ms (100.0)" in problems
-    assert "tables/tiny/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
-    assert "tables/tiny/cells_long.csv: differs from the table rebuilt from the cell JSONs" in problems
+    assert "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
+    assert "tables/tiny/strict/cells_long.csv: differs from the table rebuilt from the cell JSONs" in problems
 
 
 def test_verify_names_an_edited_table_even_under_a_rewritten_manifest(finished_run, tmp_path):
     def edit(name, data):
-        return data.replace(b"100.00", b"90.00") if name.endswith("tables/tiny/ms_per_step.csv") else data
+        return data.replace(b"100.00", b"90.00") if name.endswith("tables/tiny/strict/ms_per_step.csv") else data
     rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
     assert archive.verify(tmp_path / "t.tar.gz") == [
-        "tables/tiny/ms_per_step.csv: differs from the table rebuilt from the cell JSONs"]
+        "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs"]
 
 
 def test_verify_checks_venv_cells_against_their_lock_digest(tmp_path):
@@ -249,13 +258,13 @@ def test_compare_marks_changes_noise_packages_images_and_cells_of_one_run(tmp_pa
     write_run(tmp_path / "new", new, keras="3.15.0", image_id="sha256:" + "55" * 32)
     table = compare.compare(archive.Run(tmp_path / "old", "tiny"), archive.Run(tmp_path / "new", "tiny"))
     rows = table.set_index("cell")
-    fit = rows.loc["tiny/bert/fit/bs32/float32/keras3-jax"]
+    fit = rows.loc["tiny/strict/bert/fit/bs32/float32/keras3-jax"]
     assert (fit["old ms"], fit["new ms"], fit["change %"], fit["verdict"]) == (100.0, 120.0, 20.0, "slower")
     assert fit["packages changed"] == "keras 3.15.1 -> 3.15.0"
     assert fit["image changed"] == "sha256:111111111111 -> sha256:555555555555"
-    assert rows.loc["tiny/bert/predict/bs256/float32/keras3-jax", "verdict"] == "within noise (±10%)"
-    assert rows.loc["tiny/bert/predict/bs256/float32/native-torch-eager", "verdict"] == "only in old"
-    unchanged = rows.loc["tiny/bert/fit/bs32/float32/native-torch-eager"]
+    assert rows.loc["tiny/strict/bert/predict/bs256/float32/keras3-jax", "verdict"] == "within noise (±10%)"
+    assert rows.loc["tiny/strict/bert/predict/bs256/float32/native-torch-eager", "verdict"] == "only in old"
+    unchanged = rows.loc["tiny/strict/bert/fit/bs32/float32/native-torch-eager"]
     assert unchanged["verdict"] == "same record (not rerun)" and unchanged["packages changed"] == ""
 
 

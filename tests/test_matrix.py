@@ -20,22 +20,20 @@ def test_paper_suite_has_every_anchor_row_and_the_precision_study_for_every_fram
                                                 "keras3-tensorflow", "keras3-jax", "keras3-torch"]
 
 
-def test_not_applicable_cells_are_the_anchors_na_and_uncompiled_lora_fits(config):
+def test_not_applicable_cells_are_the_keras2_llms(config):
+    """Native compiled LoRA fits run (the anchor compiled them); Keras 2 has no Gemma and no bf16 Mistral."""
     na = {(c.model, c.task, c.batch_size, c.framework) for c in matrix.cells(config) if c.not_applicable}
-    assert len([c for c in matrix.cells(config) if c.not_applicable]) == len(na)    # one precision per LLM row
-    keras2_llm = {(m, t, b, "keras2") for m in ("gemma", "mistral") for t, b in (("fit", 8), ("generate", 32),
+    assert na == {(m, t, b, "keras2") for m in ("gemma", "mistral") for t, b in (("fit", 8), ("generate", 32),
                                                                                 ("generate", 1))}
-    assert na == keras2_llm | {("gemma", "fit", 8, "native-torch-compiled"), ("mistral", "fit", 8,
-                                                                             "native-torch-compiled")}
-    reasons = {c.not_applicable for c in matrix.cells(config) if c.framework == "native-torch-compiled"}
-    assert reasons == {None, "the anchor ran LoRA fit without torch.compile (see native-torch-eager)"}
+    assert {c.not_applicable for c in matrix.cells(config) if c.framework == "native-torch-compiled"} == {None}
 
 
 def test_selection_narrows_rows_and_columns(config):
-    config.update(models=["bert"], frameworks=["keras3-jax"], precisions=["mixed_bfloat16", "float32"], suite="tiny")
-    assert [c.cell_id for c in matrix.cells(config)] == [      # the model's own order of precisions
-        "tiny/bert/fit/bs32/float32/keras3-jax", "tiny/bert/fit/bs32/mixed_bfloat16/keras3-jax",
-        "tiny/bert/predict/bs256/float32/keras3-jax", "tiny/bert/predict/bs256/mixed_bfloat16/keras3-jax"]
+    config.update(models=["bert"], frameworks=["keras3-jax"], precisions=["mixed_bfloat16", "float32"], suite="tiny",
+                  profiles=["strict", "anchor"])
+    assert [c.cell_id for c in matrix.cells(config)] == [      # profiles in config order, the model's precisions
+        f"tiny/{profile}/bert/{task}/{precision}/keras3-jax" for profile in ("strict", "anchor")
+        for task in ("fit/bs32", "predict/bs256") for precision in ("float32", "mixed_bfloat16")]
 
 
 def test_a_model_without_a_selected_precision_has_no_cells(config):
@@ -52,13 +50,13 @@ def test_not_applicable_cells_are_listed_with_their_reason(config):
 
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
-    assert spec["size"] == "tiny" and spec["steps"] == config["suites"]["tiny"]["steps"]
+    assert spec["size"] == "tiny" and spec["steps"] == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"]}
     assert spec["arch"] == config["model_defs"]["gemma"]["sizes"]["tiny"]["arch"]
     assert spec["task_options"] == {"prompt_length": 5, "new_tokens": 45}
     assert spec["precision"] == "bfloat16"
     assert spec["framework_def"]["env"] == {"KERAS_BACKEND": "torch"}
     assert spec["env"] == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch"}
-    assert spec["cell_id"] == "tiny/gemma/generate/bs1/bfloat16/keras3-torch"
+    assert spec["cell_id"] == "tiny/strict/gemma/generate/bs1/bfloat16/keras3-torch" and spec["profile"] == "strict"
 
 
 def test_paper_llm_fit_uses_lora_rank_4_and_bf16(config):
@@ -84,3 +82,30 @@ def test_every_precision_is_its_own_keras_policy():
     """The Keras adapters set a policy from the resolved dtypes: it must be the precision it came from."""
     for name in precision.PRECISIONS:
         assert precision.keras_policy(precision.dtypes(name)) == name
+
+
+
+def test_a_profile_is_its_settings_after_the_departures_it_keeps(config):
+    """strict: config settings; anchor: each departure it keeps, for the cells it names (later ones win)."""
+    def settings(profile, model, task, framework):
+        return matrix.settings(config, profile, model, task, framework)
+    assert settings("strict", "bert", "fit", "native-torch-compiled") == {
+        "tf32": "off", "warmup": 3, "jit_compile": True, "compile_site": "module"}
+    assert settings("anchor", "bert", "fit", "native-torch-compiled") == {       # HF Trainer switched TF32 on
+        "tf32": "on", "warmup": 2, "jit_compile": True, "compile_site": "module"}
+    assert settings("anchor", "sam", "predict", "keras2") == {"tf32": "library-default", "warmup": 1,
+                                                               "jit_compile": False}
+    assert settings("anchor", "gemma", "generate", "native-torch-compiled")["compile_site"] == "model"
+    assert settings("anchor", "stable_diffusion", "fit", "native-torch-compiled")["compile_site"] == "train-step"
+    assert settings("anchor", "gemma", "fit", "native-torch-eager")["lora_dtype"] == "model"
+    assert settings("strict", "gemma", "fit", "keras3-jax")["lora_dtype"] == "float32"
+    for profile in ("strict", "anchor"):     # what a framework cannot compile runs uncompiled in every profile
+        assert settings(profile, "gemma", "generate", "keras3-torch")["jit_compile"] is False
+    assert settings("strict", "bert", "fit", "keras3-torch")["jit_compile"] is True
+    assert settings("anchor", "bert", "fit", "keras3-torch")["jit_compile"] is False
+
+
+def test_tf32_off_puts_the_override_in_the_cell_environment(config):
+    strict = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax", "strict")
+    anchor = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax", "anchor")
+    assert strict["env"]["NVIDIA_TF32_OVERRIDE"] == "0" and "NVIDIA_TF32_OVERRIDE" not in anchor["env"]

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from kbench import cell, matrix, tables
+from kbench import cell, departures, matrix, tables
 
 FRAMEWORKS = ["keras3-jax", "keras3-tensorflow", "keras3-torch"]
 
@@ -43,10 +43,10 @@ def test_ms_per_step_has_anchor_shape_and_status_texts(results):
 def test_speedup_is_other_over_best_keras3_minus_one(results):
     table = tables.speedup_table(tables.long_table(results), FRAMEWORKS, FRAMEWORKS)
     bert = table.loc[("bert", "fit", 32, "float32")]
-    assert bert["keras3_best"] == "keras3-jax" and bert["keras3_best_ms"] == 10.0
+    assert bert[tables.BEST] == "keras3-jax" and bert["best Keras 3 ms"] == 10.0
     assert bert[["vs keras3-jax %", "vs keras3-tensorflow %", "vs keras3-torch %"]].tolist() == [0, 100, 300]
     sam = table.loc[("sam", "predict", 4, "float32")]
-    assert sam["keras3_best"] == "keras3-tensorflow" and pd.isna(sam["vs keras3-jax %"])
+    assert sam[tables.BEST] == "keras3-tensorflow" and pd.isna(sam["vs keras3-jax %"])
 
 
 def test_speedup_row_whose_keras3_cells_all_failed_has_no_best(config, results):
@@ -54,8 +54,8 @@ def test_speedup_row_whose_keras3_cells_all_failed_has_no_best(config, results):
     long = tables.long_table([result(config, "sam", "fit", 1, f, status="failed", error=failed) for f in FRAMEWORKS]
                              + results)
     table = tables.speedup_table(long, FRAMEWORKS, FRAMEWORKS)
-    assert pd.isna(table.loc[("sam", "fit", 1, "float32"), "keras3_best"])
-    assert table.loc[("bert", "fit", 32, "float32"), "keras3_best"] == "keras3-jax"
+    assert pd.isna(table.loc[("sam", "fit", 1, "float32"), tables.BEST])
+    assert table.loc[("bert", "fit", 32, "float32"), tables.BEST] == "keras3-jax"
 
 
 def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
@@ -63,7 +63,7 @@ def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
     for i, r in enumerate(results):
         paths.append(tmp_path / "cells" / f"{i}.json")
         r.write(paths[-1])
-    tables.build([cell.read(p) for p in paths], FRAMEWORKS, FRAMEWORKS, tmp_path / "tables")
+    tables.build([cell.read(p) for p in paths], FRAMEWORKS, FRAMEWORKS, tmp_path / "tables", "strict")
     long = pd.read_csv(tmp_path / "tables" / "cells_long.csv")
     assert len(long) == 6 and set(long.status) == {"ok", "failed", "unsupported"}
     assert {"median_ms", "p90_ms", "stdev_ms", "first_step_ms", "params_total", "peak_host_rss_mib",
@@ -146,9 +146,10 @@ def test_precision_speedup_is_baseline_over_precision_beside_the_claim(study):
 
 
 def test_precision_markdown_has_one_section_per_model_task(tmp_path, study):
-    tables.write(tables.precision_speedup_table(study, STUDY, "float32", CLAIMS), tmp_path, "ps", by_section=True)
+    tables.write(tables.precision_speedup_table(study, STUDY, "float32", CLAIMS), tmp_path, "ps", "strict",
+                 by_section=True)
     text = (tmp_path / "ps.md").read_text()
-    assert text.startswith("### resnet50 fit, batch 128\n") and text.count("###") == 1
+    assert text.startswith("## ps, profile strict\n\n### resnet50 fit, batch 128\n") and text.count("###") == 1
     assert "| keras3-jax " in text and "1.5x faster ResNet-50 training" in text and "nan" not in text
 
 
@@ -157,3 +158,30 @@ def test_cells_long_carries_precision_and_losses(config):
     out.loss = {"first_timed_step": 6.9, "last_timed_step": 6.2}
     row = tables.long_table([out]).iloc[0]
     assert (row.precision, row.loss_first, row.loss_last) == ("mixed_float16", 6.9, 6.2)
+
+
+def test_an_adapters_unsupported_reads_apart_from_a_configured_na(config):
+    long = tables.long_table([
+        result(config, "sam", "predict", 4, "keras3-jax", status="unsupported",
+               error=cell.error_info("NotApplicable", "not configured")),
+        result(config, "sam", "predict", 4, "keras3-torch", status="unsupported",
+               error=cell.error_info("NotSupported", "keras3 adapter has no sam predict"))])
+    assert tables.ms_per_step_table(long, FRAMEWORKS).loc[("sam", "predict", 4, "float32")].tolist() == [
+        "n/a: not configured", "unsupported: keras3 adapter has no sam predict", ""]
+
+
+def test_speedup_carries_the_parity_flag_of_its_row(config):
+    long = tables.long_table([counted(config, "keras3-jax", 152_128, 4_352), counted(config, "keras3-torch", 149_824,
+                                                                                     2_048)])
+    table = tables.speedup_table(long, FRAMEWORKS, FRAMEWORKS)
+    assert table.loc[("gemma", "fit", 8, "bfloat16"), "params_parity"] == "total +1.5%, trainable +112.5%"
+
+
+def test_a_profile_reproducing_the_anchor_names_what_it_cannot_per_row(config, results):
+    unreproduced = departures.unreproduced({**config, "profiles": ["anchor"]}, "anchor")
+    assert {d["id"] for d in unreproduced} >= {"timing-rules", "generate-inputs", "native-trainer-loop"}
+    assert departures.unreproduced(config, "strict") == []
+    table = tables.ms_per_step_table(tables.long_table(results), FRAMEWORKS, unreproduced)
+    # every Keras 3 column: the timer and the versions; the Keras LoRA dtype only on LLM fit rows
+    assert table.loc[("bert", "fit", 32, "float32"), tables.UNREPRODUCED] == "timing-rules, versions"
+    assert "native-trainer-loop" not in table[tables.UNREPRODUCED].str.cat()     # no native column in this table

@@ -26,9 +26,10 @@ def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite, accelerator, run
     stacks = {matrix.stack_of(config, c.framework) for c in cells if not c.not_applicable}
     environment_jobs = {"base_image": 1, "stack_image": len(stacks)} if runtime == "podman" else {
         "environment": len(stacks)}
-    assert job_counts(proc.stdout) == {**environment_jobs, "cell": len(cells), "tables": 1, "plots": 1,
-                                       "run_facts": 1, "all": 1,
-                                       "total": len(cells) + 4 + sum(environment_jobs.values())}
+    profiles = len(CONFIG["profiles"])
+    assert job_counts(proc.stdout) == {**environment_jobs, "cell": len(cells), "tables": profiles, "plots": profiles,
+                                       "departures": 1, "run_facts": 1, "all": 1,
+                                       "total": len(cells) + 2 * profiles + 3 + sum(environment_jobs.values())}
     for stack in stacks:
         assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
 
@@ -39,7 +40,7 @@ def test_not_applicable_cells_reach_the_table_without_an_environment(tmp_path):
                      "not_applicable=[{framework: keras3-torch, model: sam, task: '*', reason: 'not on torch'}]")
     assert proc.returncode == 0, proc.stdout
     assert not (tmp_path / "environments").exists()
-    table = pd.read_csv(tmp_path / "tables" / "tiny" / "ms_per_step.csv")
+    table = pd.read_csv(tmp_path / "tables" / "tiny" / "strict" / "ms_per_step.csv")
     assert table["keras3-torch"].tolist() == ["n/a: not on torch", "n/a: not on torch"]
 
 
@@ -49,7 +50,7 @@ def test_configured_not_applicable_rows_need_no_environment(tmp_path):
                      "models=[gemma]", "frameworks=[keras2]")
     assert proc.returncode == 0, proc.stdout
     assert not (tmp_path / "environments").exists() and not (tmp_path / "images").exists()
-    table = pd.read_csv(tmp_path / "tables" / "tiny" / "ms_per_step.csv")
+    table = pd.read_csv(tmp_path / "tables" / "tiny" / "strict" / "ms_per_step.csv")
     assert table["keras2"].str.startswith("n/a: keras-nlp 0.12.1").all() and len(table) == 3
 
 
@@ -102,7 +103,7 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     plan = snakemake("-n", *TINY, cwd=up_to_date).stdout
     cells = runnable_cells(stack="keras3-jax")
     assert job_counts(plan) == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
-                                "all": 1, "total": len(cells) + 5}
+                                "all": 1, "total": len(cells) + 5}      # one profile configured: one tables job
     assert "results/images/keras3-jax.cpu.json" in re.findall(r"output: (\S+)", plan)
     assert sorted(planned_cells(plan)) == cells
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from kbench import cell, facts, launch, matrix, records, tables, timing
+from kbench import cell, departures, facts, launch, matrix, records, tables, timing
 
 MANIFEST = "MANIFEST.sha256"
 
@@ -45,10 +45,14 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cel
         log = results / "logs" / name.with_suffix(".log")
         if log.is_file():
             files[str(log.relative_to(results))] = log
-    for folder in (f"tables/{suite}", f"plots/{suite}"):
+    profiles = config["profiles"]
+    folders = [f"tables/{suite}/{p}" for p in profiles] + [f"plots/{suite}/{p}" for p in profiles]
+    for folder in folders:
         for path in sorted((results / folder).rglob("*")):
             if path.is_file() and not path.name.endswith(".tmp"):
                 files[str(path.relative_to(results))] = path
+    for name in departures.OUTPUTS + ["run_facts.html"]:
+        files[f"tables/{suite}/{name}"] = results / "tables" / suite / name
     files[f"report/{suite}.html"] = report
     for record in [*environment_records, *images]:
         files[str(Path(record).resolve().relative_to(results.resolve()))] = Path(record)
@@ -148,15 +152,16 @@ def verify(archive: Path) -> list[str]:
 
 def consistency(run: Run) -> list[str]:
     problems = []
-    long_name = f"tables/{run.suite}/cells_long.csv"
+    long_names = sorted(name for name in run.files
+                        if name.startswith(f"tables/{run.suite}/") and name.endswith("/cells_long.csv"))
     cells = run.cells()
-    if long_name not in run.files:
-        return [f"{long_name}: missing, cells cannot be checked against the tables"]
-    in_tables = set(pd.read_csv(io.BytesIO(run.files[long_name])).cell_id)
+    if not long_names:
+        return [f"tables/{run.suite}/<profile>/cells_long.csv: missing, cells cannot be checked against the tables"]
+    in_tables = set().union(*(pd.read_csv(io.BytesIO(run.files[name])).cell_id for name in long_names))
     for cell_id in sorted(in_tables - set(cells)):
         problems.append(f"cells/{cell_id}.json: missing (the tables list this cell)")
     for cell_id in sorted(set(cells) - in_tables):
-        problems.append(f"cells/{cell_id}.json: not in {long_name}")
+        problems.append(f"cells/{cell_id}.json: not in any {', '.join(long_names)}")
     for cell_id, result in sorted(cells.items()):
         prov, spec = result.provenance, result.spec
         environment = prov.get("environment")
@@ -194,24 +199,30 @@ def timing_arithmetic(result: cell.CellResult) -> list[str]:
 
 
 def rebuilt_tables(run: Run, cells: dict[str, cell.CellResult]) -> list[str]:
-    """Every table file of the archive must be what kbench.tables makes of the archived cells, with the archived
-    config: a figure edited in a table (or in a cell) shows as a difference even under a regenerated manifest."""
+    """Every table file of the archive must be what kbench.tables (each profile's tables) and kbench.departures make
+    of the archived cells and config: a figure edited in a table (or in a cell) shows as a difference even under a
+    regenerated manifest."""
     config_name = "config.resolved.yaml"
     if config_name not in run.files:
         return [f"{config_name}: missing, the tables cannot be rebuilt"]
     config = yaml.safe_load(run.files[config_name])
-    archived = {name.removeprefix(f"tables/{run.suite}/"): data for name, data in run.files.items()
-                if name.startswith(f"tables/{run.suite}/") and not name.endswith("run_facts.html")}
-    in_run_order = [cells[c.cell_id] for c in matrix.cells(config, run.suite) if c.cell_id in cells]
+    prefix = f"tables/{run.suite}/"
+    archived = {name.removeprefix(prefix): data for name, data in run.files.items()
+                if name.startswith(prefix) and not name.endswith("run_facts.html")}
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "tables"
-        tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out,
-                     config["precision_study"]["baseline"], config["precision_study"]["claims"])
-        rebuilt = {p.name: p.read_bytes() for p in out.iterdir()}
-    problems = [f"tables/{run.suite}/{name}: differs from the table rebuilt from the cell JSONs"
+        out = Path(tmp)
+        for profile in config["profiles"]:
+            in_run_order = [cells[c.cell_id] for c in matrix.cells(config, run.suite)
+                            if c.profile == profile and c.cell_id in cells]
+            tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile,
+                         profile, config["precision_study"]["baseline"], config["precision_study"]["claims"],
+                         departures.unreproduced(config, profile))
+        departures.write(config["departures"], config["profile_defs"], out)
+        rebuilt = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    problems = [f"{prefix}{name}: differs from the table rebuilt from the cell JSONs"
                 for name in sorted(set(archived) & set(rebuilt)) if archived[name] != rebuilt[name]]
-    problems += [f"tables/{run.suite}/{name}: missing (kbench.tables makes it)" for name in sorted(set(rebuilt) - set(archived))]
-    problems += [f"tables/{run.suite}/{name}: not a table kbench.tables makes" for name in sorted(set(archived) - set(rebuilt))]
+    problems += [f"{prefix}{name}: missing (kbench.tables makes it)" for name in sorted(set(rebuilt) - set(archived))]
+    problems += [f"{prefix}{name}: not a table kbench.tables makes" for name in sorted(set(archived) - set(rebuilt))]
     return problems
 
 

@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 
 from kbench import files
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 STATUSES = ("ok", "failed", "unsupported")
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
-_ADDED_SINCE = {2: {"numerics": None}}
+_ADDED_SINCE = {2: {"numerics": None, "evidence": None}, 3: {"evidence": None}}
 
 
 class SchemaError(ValueError):
@@ -54,6 +54,7 @@ class CellResult:
     params: dict | None = None
     loss: dict | None = None
     numerics: dict | None = None
+    evidence: dict | None = None
     memory: dict | None = None
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -96,8 +97,8 @@ class CellResult:
         if self.status == "ok":
             return f"{self.mean_ms:.2f}"
         error = self.error or {}
-        if self.status == "unsupported":
-            return f"n/a: {error.get('message')}"
+        if self.status == "unsupported":    # configured n/a (NotApplicable) or the adapter's own (NotSupported)
+            return f"{'n/a' if error.get('type') == 'NotApplicable' else 'unsupported'}: {error.get('message')}"
         return f"failed: {error.get('type')}"
 
     def row(self) -> dict:
@@ -106,7 +107,8 @@ class CellResult:
         error, params, memory = self.error or {}, self.params or {}, self.memory or {}
         loss, numerics = self.loss or {}, self.numerics or {}
         return {
-            "cell_id": self.cell_id, "suite": spec["suite"], "model": spec["model"], "task": spec["task"],
+            "cell_id": self.cell_id, "suite": spec["suite"], "profile": spec.get("profile"), "model": spec["model"],
+            "task": spec["task"],
             "batch_size": spec["batch_size"], "precision": spec["precision"], "framework": spec["framework"],
             "status": self.status, "error_type": error.get("type"), "error_message": error.get("message"),
             "text": self.text(),

@@ -1,5 +1,6 @@
-"""Which cells exist: config -> (model x task x batch x precision x framework) for the chosen suite, each runnable
-or n/a, and the resolved spec a cell process gets.
+"""Which cells exist: config -> (profile x model x task x batch x precision x framework) for the chosen suite, each
+runnable or n/a, and the resolved spec a cell process gets (its settings: the profile's, after the departures that
+profile keeps).
 
 The JSON schema (schemas/config.schema.yaml) checks shapes; this module checks names, in one place: that every name
 used in one section is defined in another (or in kbench.precision), and that the files a name stands for exist (each
@@ -7,6 +8,7 @@ selected stack's lock, each adapter's module). Every message names the key, the 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
@@ -24,6 +26,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Cell:
     suite: str
+    profile: str                          # a key of profile_defs: whose settings the cell runs with
     model: str
     task: str
     batch_size: int
@@ -33,7 +36,8 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        return f"{self.suite}/{self.model}/{self.task}/bs{self.batch_size}/{self.precision}/{self.framework}"
+        return (f"{self.suite}/{self.profile}/{self.model}/{self.task}/bs{self.batch_size}/{self.precision}/"
+                f"{self.framework}")
 
 
 def _require(name, known, key: str) -> None:
@@ -75,6 +79,30 @@ def check_references(config: dict, repo: Path = REPO) -> None:
     for i, claim in enumerate(config["precision_study"]["claims"]):
         _require(claim["model"], models, f"precision_study.claims[{i}].model")
         _require(claim["task"], models[claim["model"]]["tasks"], f"precision_study.claims[{i}].task")
+    for i, profile in enumerate(config["profiles"]):
+        _require(profile, config["profile_defs"], f"profiles[{i}] (see profile_defs)")
+    for i, rule in enumerate(config["not_compilable"]):
+        _check_patterns(rule, config, f"not_compilable[{i}]")
+    for departure in config["departures"]:
+        key = f"departures[{departure['id']}]"
+        for profile in departure["kept_by"]:
+            _require(profile, config["profile_defs"], f"{key}.kept_by")
+        for j, rule in enumerate(departure.get("applies", [])):
+            _check_patterns(rule, config, f"{key}.applies[{j}]")
+
+
+def matches(pattern: str | None, name: str) -> bool:
+    """A cell pattern: fnmatch, with "|" between alternatives; missing means every name."""
+    return pattern is None or any(fnmatch(name, alternative) for alternative in pattern.split("|"))
+
+
+def _check_patterns(rule: dict, config: dict, key: str) -> None:
+    """A pattern that matches no defined name never applies: a typo would silently change nothing."""
+    for field, known in (("framework", config["framework_defs"]), ("model", config["model_defs"]),
+                         ("task", TASKS)):
+        if not any(matches(rule.get(field), name) for name in known):
+            raise ConfigError(f"config key {key}.{field}: {rule[field]!r} matches nothing; allowed: "
+                              f"{', '.join(sorted(known))}, patterns such as '*' or 'a|b'")
 
 
 def stacks_with_lock(accelerator: str, repo: Path = REPO) -> list[str]:
@@ -101,9 +129,9 @@ def cells(config: dict, suite: str | None = None) -> list[Cell]:
             for batch_size in size_def.get("batch_sizes", {}).get(task, task_def["batch_sizes"]):
                 for name in precisions:
                     for framework in config["frameworks"]:
-                        found.append(Cell(suite, model, task, batch_size, name, framework,
+                        found.append(Cell(suite, "", model, task, batch_size, name, framework,
                                           not_applicable_reason(config, model, task, framework)))
-    return found
+    return [dataclasses.replace(c, profile=profile) for profile in config["profiles"] for c in found]
 
 
 def stack_of(config: dict, framework: str) -> str:
@@ -118,24 +146,53 @@ def keras3_frameworks(config: dict) -> list[str]:
     return [f for f in config["frameworks"] if adapter_of(config, f) == "keras3"]
 
 
-def cell_env(config: dict, framework: str) -> dict:
-    """The cell process's environment: every cell's, the framework's, and on a GPU the framework's GPU settings
-    (memory policy, no silent CPU fall-back)."""
+def cell_env(config: dict, framework: str, cell_settings: dict) -> dict:
+    """The cell process's environment: every cell's, the framework's, on a GPU the framework's GPU settings (memory
+    policy, no silent CPU fall-back), and NVIDIA_TF32_OVERRIDE=0 where TF32 is off (it reaches cuBLAS and cuDNN
+    before any framework loads; each framework's own switches are set in the cell)."""
     definition = config["framework_defs"][framework]
     gpu = definition.get("gpu_env", {}) if config["accelerator"] != "cpu" else {}
-    return {**config["cell_env"], **definition["env"], **gpu}
+    tf32 = {"NVIDIA_TF32_OVERRIDE": "0"} if cell_settings["tf32"] == "off" else {}
+    return {**config["cell_env"], **definition["env"], **gpu, **tf32}
+
+
+def settings(config: dict, profile: str, model: str, task: str, framework: str) -> dict:
+    """A cell's settings: config `settings` and its framework's jit_compile, then, in list order, every departure its
+    profile keeps that applies to the cell; a cell its framework cannot compile runs uncompiled in any profile."""
+    base = config["settings"]
+    jit = config["framework_defs"][framework]["jit_compile"]
+    resolved = {"tf32": base["tf32"], "warmup": base["warmup"], "jit_compile": jit}
+    if "lora_rank" in config["model_defs"][model]["tasks"][task]:
+        resolved["lora_dtype"] = base["lora_dtype"]
+    for departure in config["departures"]:
+        if profile in departure["kept_by"]:
+            for rule in departure.get("applies", []):
+                if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
+                    resolved.update(rule.get("settings", {}))
+    for rule in config["not_compilable"]:
+        if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
+            resolved.update(jit_compile=False, not_compilable=rule["reason"])
+    if adapter_of(config, framework) == "native_torch":      # where torch.compile goes (Keras compiles the step)
+        resolved.setdefault("compile_site", base["compile_site"][task])
+        if not resolved["jit_compile"]:
+            resolved["compile_site"] = "none"
+    else:
+        resolved.pop("compile_site", None)
+    return resolved
 
 
 def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, precision_name: str,
-         framework: str) -> dict:
+         framework: str, profile: str = "strict") -> dict:
     """The resolved cell config: everything the cell process needs, and nothing about where it runs."""
     suite = config["suites"][suite_name]
     model_def = config["model_defs"][model]
     size_def = model_def["sizes"][suite["size"]]
     task_options = {k: v for k, v in model_def["tasks"][task].items() if k != "batch_sizes"}
+    cell_settings = settings(config, profile, model, task, framework)
     return {
-        "cell_id": Cell(suite_name, model, task, batch_size, precision_name, framework).cell_id,
+        "cell_id": Cell(suite_name, profile, model, task, batch_size, precision_name, framework).cell_id,
         "suite": suite_name,
+        "profile": profile,
         "size": suite["size"],
         "accelerator": config["accelerator"],
         "model": model,
@@ -143,13 +200,13 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
         "batch_size": batch_size,
         "framework": framework,
         "framework_def": config["framework_defs"][framework],
-        "env": cell_env(config, framework),
-        "tf32": config["tf32"],
+        "settings": cell_settings,
+        "env": cell_env(config, framework, cell_settings),
         "precision": precision_name,
         "dtypes": precision.dtypes(precision_name),      # what the adapters read: never the name
         "arch": size_def["arch"],
         "inputs": size_def["inputs"],
         "task_options": task_options,
-        "steps": suite["steps"],
+        "steps": {"warmup": cell_settings["warmup"], "timed": suite["steps"]["timed"]},
         "seed": config["seed"],
     }

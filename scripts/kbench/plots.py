@@ -2,7 +2,8 @@
 
 ms_per_step : one panel per model/task/batch/precision, a bar per framework (mean ms/step, lower is better), as the
               published benchmark's charts; failed and n/a cells are named on their empty slot
-speedup     : the best Keras 3 backend's speedup over each framework per row, in % (the speedup table)
+speedup     : the best Keras 3 backend's speedup over each framework per row, in % (the speedup table), rows whose
+              parameter counts differ marked
 first_step  : the excluded first step per row and framework (compile, autotuning, first allocation), log scale
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ def _panels(n: int):
 def bars_per_row(long: pd.DataFrame, frameworks: list[str], value: str, ylabel: str, log: bool = False):
     """One panel per table row, one bar per framework; a cell without a value gets its status written in."""
     rows = list(long.groupby(tables.ROW_KEYS, sort=False))
+    parity = tables.parity_flags(long)
     fig, axes = _panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
         by_framework = group.set_index("framework")
@@ -50,7 +52,9 @@ def bars_per_row(long: pd.DataFrame, frameworks: list[str], value: str, ylabel: 
                 text = "n/a" if by_framework.at[f, "status"] == "unsupported" else "failed"
                 ax.text(i, 0, text, rotation=90, ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
-        ax.set_title(row_label(*key), fontsize=9)
+        flag = parity.get(key, "")
+        ax.set_title(row_label(*key) + (f"\nparams differ: {flag}" if flag else ""), fontsize=9,
+                     color="firebrick" if flag else "black")
         ax.set_ylabel(ylabel, fontsize=8)
         if log:
             ax.set_yscale("log")
@@ -66,10 +70,11 @@ def speedup_chart(long: pd.DataFrame, frameworks: list[str], keras3: list[str]):
     for i, column in enumerate(columns):
         ax.bar([x + i * width for x in range(len(table))], table[column].fillna(0), width,
                label=column.removeprefix("vs ").removesuffix(" %"))
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(table))], [row_label(*k) for k in table.index],
-                  fontsize=7, rotation=30, ha="right")
+    labels = [row_label(*k) + ("\n(params differ)" if flag else "") for k, flag in zip(table.index,
+                                                                                       table["params_parity"])]
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(table))], labels, fontsize=7, rotation=30, ha="right")
     ax.axhline(0, color="black", linewidth=0.5)
-    ax.set_ylabel("best Keras 3 faster by, % (other / best - 1)", fontsize=8)
+    ax.set_ylabel("best Keras 3 of the row faster by, % (other / best - 1)", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -77,7 +77,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         provenance["device_facts"] = {**backend.device(), "nvml": gpu.facts()}
         check_device(spec, backend)
         numerics_record = set_and_probe_numerics(spec, backend)
-        numerics.check(numerics_record["probe"], spec["tf32"])
+        numerics.check(numerics_record["probe"], spec["settings"]["tf32"])
         workload = adapters.build(adapter, spec)
         check_workload(spec, workload)
         memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
@@ -95,6 +95,9 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     else:
         result = cell.new_result(spec, provenance, "ok")
         result.timing = timed_result(steps, workload)
+        # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
+        # the warm-up steps it ran, and what the adapter observed of its objects
+        result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms), **workload.evidence()}
     result.numerics = numerics_record
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
@@ -125,8 +128,8 @@ def check_device(spec: dict, backend) -> None:
 def set_and_probe_numerics(spec: dict, backend) -> dict:
     """The framework's own float32 switches as the spec's tf32 setting says, then the probe of what a float32
     matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
-    switches = backend.set_tf32(spec["tf32"] != "off")
-    return {"tf32": spec["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
+    switches = backend.set_tf32(spec["settings"]["tf32"])
+    return {"tf32": spec["settings"]["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
 
 
 def timed_result(steps: timing.StepTimes, workload) -> dict:

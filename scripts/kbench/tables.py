@@ -1,8 +1,10 @@
-"""Cell JSONs -> the final tables (CSV and Markdown) of one suite.
+"""Cell JSONs of one profile of a suite -> the final tables (CSV, Markdown, HTML).
 
 ms_per_step : rows model/task/batch/precision, one column per framework, mean ms/step (the anchor's statistic), or
-              "failed: <error type>" / "n/a: <reason>"
-speedup     : how much faster the best Keras 3 backend is than each column, in %, as the anchor: other/best - 1
+              "failed: <error type>", "n/a: <reason>" (configured) or "unsupported: <reason>" (the adapter's); in a
+              profile that reproduces the anchor, the departures no profile can keep that apply to the row
+speedup     : how much faster the best Keras 3 backend (the lowest of the row, selected per row) is than each column,
+              in %, as the anchor: other/best - 1, with the parity flag
 params      : parameter counts per framework (total, and trainable where it differs), and a parity flag where two
               frameworks' counts for the same row differ by more than PARITY_TOLERANCE: those times compare
               different models (ms_per_step carries the flag too)
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell
+from kbench import cell, departures
 from kbench.precision import label as precision_table_label
 
 ROW_KEYS = ["model", "task", "batch_size", "precision"]
@@ -37,11 +39,18 @@ def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
     return pd.DataFrame([result.row() for result in results])
 
 
-def ms_per_step_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
+UNREPRODUCED = "anchor settings not reproduced"
+
+
+def ms_per_step_table(long: pd.DataFrame, frameworks: list[str], unreproduced: list[dict] = ()) -> pd.DataFrame:
     wide = long.pivot(index=ROW_KEYS, columns="framework", values="text")
     rows = pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates())
-    table = wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
+    columns = [f for f in frameworks if f in wide.columns]
+    table = wide.reindex(index=rows, columns=columns).fillna("")
     table["params_parity"] = parity_flags(long).reindex(rows).fillna("")
+    if unreproduced:
+        table[UNREPRODUCED] = [", ".join(departures.applying(list(unreproduced), model, task, columns))
+                               for model, task, _, _ in table.index]
     return table
 
 
@@ -77,18 +86,24 @@ def params_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     return table
 
 
+BEST = "best Keras 3 (lowest of the row)"
+
+
 def speedup_table(long: pd.DataFrame, frameworks: list[str], keras3: list[str]) -> pd.DataFrame:
+    """The best Keras 3 backend is selected per row, as the anchor did: the row's lowest Keras 3 ms/step. Where the
+    parity flag is set the columns ran different models, and their ratio says little."""
     ok = long[long.status == "ok"].pivot(index=ROW_KEYS, columns="framework", values="mean_ms")
     rows = ok.reindex(index=pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates()))
     candidates = rows.reindex(columns=[f for f in keras3 if f in rows.columns])
     table = pd.DataFrame(index=rows.index)
     timed = candidates[candidates.notna().any(axis=1)]      # a row whose Keras 3 cells all failed has no best
-    table["keras3_best"] = timed.idxmin(axis=1).reindex(rows.index) if not timed.empty else None
+    table[BEST] = timed.idxmin(axis=1).reindex(rows.index) if not timed.empty else None
     best_ms = candidates.min(axis=1, skipna=True)
-    table["keras3_best_ms"] = best_ms.round(2)
+    table["best Keras 3 ms"] = best_ms.round(2)
     for framework in frameworks:
         if framework in rows.columns:
             table[f"vs {framework} %"] = ((rows[framework] / best_ms - 1) * 100).round(0)
+    table["params_parity"] = parity_flags(long).reindex(rows.index).fillna("")
     return table
 
 
@@ -153,25 +168,25 @@ def markdown(table: pd.DataFrame) -> str:
     return flat.astype(object).where(flat.notna(), "").to_markdown(index=False) + "\n"
 
 
-def write(table: pd.DataFrame, out_dir: Path, name: str, by_section: bool = False) -> None:
-    """CSV for programs, Markdown for reading, HTML for the Snakemake report."""
+def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_section: bool = False) -> None:
+    """CSV for programs, Markdown for reading, HTML for the Snakemake report; the profile heads the readable ones."""
     table.to_csv(out_dir / f"{name}.csv")
     text = sections_markdown(table) if by_section else markdown(table)
-    (out_dir / f"{name}.md").write_text(text)
-    (out_dir / f"{name}.html").write_text(f"<html><body><h2>{name}</h2>\n"
+    (out_dir / f"{name}.md").write_text(f"## {name}, profile {profile}\n\n{text}")
+    (out_dir / f"{name}.html").write_text(f"<html><body><h2>{name}, profile {profile}</h2>\n"
                                           + table.to_html(na_rep="", border=0) + "\n</body></html>\n")
 
 
 def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
-          baseline: str = "float32", claims: list[dict] = ()) -> None:
+          profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = long_table(results)
     long.to_csv(out_dir / "cells_long.csv", index=False)
-    write(ms_per_step_table(long, frameworks), out_dir, "ms_per_step")
-    write(speedup_table(long, frameworks, keras3), out_dir, "speedup")
-    write(params_table(long, frameworks), out_dir, "params")
-    write(precision_table(long, frameworks, baseline), out_dir, "precision", by_section=True)
-    write(precision_speedup_table(long, frameworks, baseline, list(claims)), out_dir, "precision_speedup",
+    write(ms_per_step_table(long, frameworks, unreproduced), out_dir, "ms_per_step", profile)
+    write(speedup_table(long, frameworks, keras3), out_dir, "speedup", profile)
+    write(params_table(long, frameworks), out_dir, "params", profile)
+    write(precision_table(long, frameworks, baseline), out_dir, "precision", profile, by_section=True)
+    write(precision_speedup_table(long, frameworks, baseline, list(claims)), out_dir, "precision_speedup", profile,
           by_section=True)
 
 
@@ -186,11 +201,14 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", default="float32", help="the precision the study compares against")
     parser.add_argument("--claims", default="[]", type=json.loads,
                         help='JSON list of {"model", "task", "speedup", "quote"} (config precision_study.claims)')
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--unreproduced", default="[]", type=json.loads,
+                        help="JSON list of the departures no profile keeps (kbench.departures.unreproduced)")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("results", nargs="+")
     args = parser.parse_args(argv)
     build([cell.read(p) for p in args.results], comma_list(args.frameworks), comma_list(args.keras3), args.out,
-          args.baseline, args.claims)
+          args.profile, args.baseline, args.claims, args.unreproduced)
     return 0
 
 

@@ -41,6 +41,9 @@ class Workload:
     # What the timer keeps of a step's output until the window closes: a copy where the framework reuses the
     # output's memory (a CUDA-graph replay overwrites the tensors the previous replay returned).
     keep: Callable[[Any], Any] = lambda output: output
+    # What the cell observes of its own settings, read from the objects it built after the steps ran (whether and
+    # where it compiled, metrics, LoRA dtype): compared with the settings its profile asked for.
+    evidence: Callable[[], dict] = dict
 
 
 @dataclass
@@ -50,7 +53,8 @@ class Backend:
     sync: Callable[[Any], None]        # block until the device finished the work behind a step's output
     sync_name: str                     # what sync calls, as the cell records it (e.g. "jax.block_until_ready")
     device: Callable[[], dict]         # the device the framework really runs on: kind (gpu | cpu), name, count, ...
-    set_tf32: Callable[[bool], dict]   # the framework's own float32 precision switches; returns what it set
+    set_tf32: Callable[[str], dict]    # the framework's own TF32 switches for off | on | library-default; returns
+    #                                    their values afterwards
     matmul: Callable[[Any, Any], Any]  # float32 a @ b on the cell's device, back as NumPy (kbench.numerics probe)
     peak_device_memory_bytes: Callable[[], int | None]
     reset_peak_device_memory: Callable[[], bool]      # False where the framework cannot reset its peak

@@ -44,11 +44,10 @@ def jax_hooks() -> dict:
         stats = dev.memory_stats() if on_gpu else None
         return stats.get("peak_bytes_in_use") if stats else None
 
-    def set_tf32(allowed: bool) -> dict:
-        if allowed:
-            return {"jax_default_matmul_precision": "library default"}
-        jax.config.update("jax_default_matmul_precision", "highest")    # XLA's own GEMMs too, not only cuBLAS
-        return {"jax_default_matmul_precision": "highest"}
+    def set_tf32(mode: str) -> dict:
+        if mode != "library-default":      # XLA's own GEMM fusions follow it too, not only cuBLAS
+            jax.config.update("jax_default_matmul_precision", "tensorfloat32" if mode == "on" else "highest")
+        return {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
     def matmul(a, b):
         return np.asarray(jax.numpy.matmul(jax.device_put(a, dev), jax.device_put(b, dev)))
@@ -73,11 +72,10 @@ def tf_hooks() -> dict:
     else:
         sync, sync_name = (lambda _: None), "none: TensorFlow runs synchronously on this CPU"
 
-    def set_tf32(allowed: bool) -> dict:
-        if allowed:
-            return {"tf.config.experimental.enable_tensor_float_32_execution": "library default"}
-        tf.config.experimental.enable_tensor_float_32_execution(False)
-        return {"tf.config.experimental.enable_tensor_float_32_execution": False}
+    def set_tf32(mode: str) -> dict:
+        if mode != "library-default":
+            tf.config.experimental.enable_tensor_float_32_execution(mode == "on")
+        return {"tensor_float_32_execution": tf.config.experimental.tensor_float_32_execution_enabled()}
 
     def matmul(a, b):
         with tf.device("/GPU:0" if gpus else "/CPU:0"):
@@ -102,15 +100,15 @@ def torch_hooks() -> dict:
     import torch
     cuda = torch.cuda.is_available()
 
-    def set_tf32(allowed: bool) -> dict:
-        if allowed:
-            return {"torch.backends.cuda.matmul.allow_tf32": "library default",
-                    "torch.backends.cudnn.allow_tf32": "library default"}
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
-        return {"torch.backends.cuda.matmul.allow_tf32": False, "torch.backends.cudnn.allow_tf32": False,
-                "torch.float32_matmul_precision": "highest"}
+    def set_tf32(mode: str) -> dict:
+        if mode != "library-default":
+            on = mode == "on"
+            torch.backends.cuda.matmul.allow_tf32 = on
+            torch.backends.cudnn.allow_tf32 = on
+            torch.set_float32_matmul_precision("high" if on else "highest")
+        return {"torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+                "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
     def matmul(a, b):
         where = "cuda" if cuda else "cpu"

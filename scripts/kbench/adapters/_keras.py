@@ -46,27 +46,64 @@ def dtypes(model) -> dict[str, str]:
     return {"weights": dtype_name(model.weights[0].dtype), "compute": dtype_name(model.compute_dtype)}
 
 
-def workload(model, step, spec: dict, **extra) -> Workload:
+def compiled(function) -> bool:
+    """Whether a step function is compiled: jax.jit (has .lower), tf.function with jit_compile, torch.compile (has
+    _torchdynamo_orig_callable), looked for on the function and on what its closure holds (Keras and keras-hub
+    wrap the compiled function in a plain one)."""
+    def is_compiled(f) -> bool:
+        return (hasattr(f, "lower") or bool(getattr(f, "_jit_compile", False))
+                or hasattr(f, "_torchdynamo_orig_callable"))
+    held = [c.cell_contents for c in (getattr(function, "__closure__", None) or ()) if _filled(c)]
+    return function is not None and (is_compiled(function) or any(is_compiled(f) for f in held))
+
+
+def _filled(closure_cell) -> bool:
+    try:
+        closure_cell.cell_contents
+    except ValueError:          # an empty cell
+        return False
+    return True
+
+
+def workload(model, step, spec: dict, evidence=dict, **extra) -> Workload:
     total, trainable = count(model)
+
+    def observed() -> dict:
+        found = evidence()
+        lora = [w for w in model.trainable_weights if "lora" in getattr(w, "path", w.name)] if spec["task"] == "fit" else []
+        if lora:
+            found["lora_dtype"] = dtype_name(lora[0].dtype)
+        return found
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
-                    dtypes=lambda: dtypes(model), **extra)
+                    dtypes=lambda: dtypes(model), evidence=observed, **extra)
 
 
 def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weight=None) -> Workload:
     """One optimizer step per call: the base Model.train_on_batch, not fit() (whose per-call setup costs ~0.7 s on
     torch) and not keras-nlp 0.12.1's PipelineModel override (which fails on Keras 2 with dict inputs; with
     preprocessor=None it only adds the identity preprocessing). The step returns the loss."""
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=spec["framework_def"]["jit_compile"])
+    # No metrics (keras-hub compiles accuracy by default): the native loop computes none, nor did the anchor.
+    model.compile(optimizer=optimizer, loss=loss, metrics=None, weighted_metrics=None,
+                  jit_compile=spec["settings"]["jit_compile"])
     x, y, sample_weight = to_device((x, y, sample_weight))
-    return workload(model, lambda: keras.Model.train_on_batch(model, x, y, sample_weight=sample_weight,
-                                                              return_dict=True)["loss"], spec)
+    logged = set()
+
+    def step():
+        logs = keras.Model.train_on_batch(model, x, y, sample_weight=sample_weight, return_dict=True)
+        logged.update(logs)
+        return logs["loss"]
+
+    def evidence() -> dict:     # what train_on_batch logged besides the loss: the metric work a step did
+        return {"jit_compile": compiled(model.train_function), "metrics": sorted(logged - {"loss"})}
+    return workload(model, step, spec, evidence)
 
 
 def generate(model, prompt, spec: dict, to_device) -> Workload:
     """One greedy generate() call on the padded prompt (kbench.adapters._inputs.causal_lm_prompt)."""
     x = to_device(prompt)
-    model.compile(sampler="greedy", jit_compile=spec["framework_def"]["jit_compile"])
+    model.compile(sampler="greedy", jit_compile=spec["settings"]["jit_compile"])
     return workload(model, lambda: model.generate(x, stop_token_ids=None), spec,
+                    lambda: {"jit_compile": compiled(model.generate_function)},
                     generated_tokens=generated_tokens(spec["task_options"]["prompt_length"]))
 
 

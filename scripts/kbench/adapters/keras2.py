@@ -99,9 +99,9 @@ def _predict(model, x, spec):
     """model(x, training=False) in one tf.function, as Keras's predict_step runs it, without predict()'s per-call
     data-adapter setup and copy back to numpy."""
     import tensorflow as tf
-    forward = tf.function(lambda x: model(x, training=False), jit_compile=spec["framework_def"]["jit_compile"])
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=spec["settings"]["jit_compile"])
     x = _to_device(x)
-    return _keras.workload(model, lambda: forward(x), spec)
+    return _keras.workload(model, lambda: forward(x), spec, lambda: {"jit_compile": _keras.compiled(forward)})
 
 
 def _to_device(tree):

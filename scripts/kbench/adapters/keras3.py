@@ -35,7 +35,10 @@ def _bert(spec, rng):
     import keras
     import keras_hub
     backbone = keras_hub.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]))
-    model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None)
+    # compile=False: a keras-hub task compiles itself with accuracy, and a later compile(metrics=None) does not
+    # remove it (Keras keeps tracking the first compile's metrics): the step would compute accuracy every time
+    model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
+                                                compile=False)
     x, y = data.bert(spec, rng)
     if spec["task"] == "predict":
         return _predict(model, x, spec)
@@ -59,7 +62,7 @@ def _causal_lm(spec, rng):
     cls, kwargs = {"gemma": (keras_hub.models.GemmaCausalLM, models.keras_hub_gemma_kwargs),
                    "mistral": (keras_hub.models.MistralCausalLM, models.keras_hub_mistral_kwargs)}[spec["model"]]
     backbone = cls.backbone_cls(**kwargs(spec["arch"]))
-    model = cls(backbone, preprocessor=None)
+    model = cls(backbone, preprocessor=None, compile=False)     # no default metrics (see _bert)
     if spec["task"] == "generate":
         return _keras.generate(model, data.causal_lm_prompt(spec, rng), spec, _to_device)
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])   # freezes everything but the LoRA factors
@@ -98,7 +101,8 @@ MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal
 # ---------------------------------------------------------------- the forward step
 
 def _predict(model, x, spec):
-    return _keras.workload(model, _compiled_forward(model, _to_device(x), spec["framework_def"]["jit_compile"]), spec)
+    forward = _compiled_forward(model, _to_device(x), spec["settings"]["jit_compile"])
+    return _keras.workload(model, forward, spec, lambda: {"jit_compile": _keras.compiled(forward)})
 
 
 def _compiled_forward(model, x, jit):

@@ -1,14 +1,17 @@
 """Native PyTorch adapter: HF transformers (BERT, Gemma, Mistral) with peft LoRA, diffusers (StableDiffusion v1.4),
 Meta segment-anything (SAM), torchvision (ResNet-50). Random weights from configs (kbench.models), never downloads.
 
-Two columns share this module: eager, and compiled (framework_defs.<fw>.jit_compile) with
-torch.compile(mode="reduce-overhead") as the anchor. Compilation happens in the first (warm-up) step, so its cost is the
-first-step time and never part of ms/step.
+Two columns share this module: eager, and compiled with torch.compile(mode="reduce-overhead") as the anchor; where
+torch.compile goes is the cell's settings.compile_site: module (the model), train-step (the whole fit step, the anchor's
+SAM/SD fit), step (the whole predict step, the anchor's pipeline-level SD compile), decoding (transformers' compiled
+decoding) or model (torch.compile(model), then generate: the anchor's, whose decode loop stays eager). Compilation
+happens in the warm-up steps, so its cost is the first-step time and never part of ms/step. Each workload's evidence
+says what was compiled, read from the objects built.
 Fit is a standard PyTorch loop, the work of one HF Trainer.training_step plus its optimizer step: forward, loss,
 backward, optimizer.step, zero_grad. Left out against Trainer: gradient clipping and the LR schedule (the Keras cells
 have neither), and Trainer's per-step bookkeeping, which would be harness overhead.
-Precision (spec["dtypes"], kbench.precision): the module is cast to the weights dtype (pure bfloat16: every
-parameter, LoRA factors included, as the Keras cells' dtype policy); a compute dtype other than the weights' runs
+Precision (spec["dtypes"], kbench.precision): the module is cast to the weights dtype (pure bfloat16, as the Keras
+cells' dtype policy; LoRA factors as settings.lora_dtype says); a compute dtype other than the weights' runs
 forward and loss under torch.autocast; loss scaling is torch.amp.GradScaler, as PyTorch's AMP recipe.
 """
 from __future__ import annotations
@@ -86,7 +89,8 @@ def _generate(model, prompt, spec, device):
     Compiled column: transformers' own compiled decoding (static KV cache + CompileConfig), the way its docs give."""
     import transformers
     new_tokens = spec["task_options"]["new_tokens"]
-    compiled = spec["framework_def"]["jit_compile"]
+    site = spec["settings"]["compile_site"]
+    compiled = site == "decoding"
     config = transformers.GenerationConfig(
         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
         eos_token_id=None, pad_token_id=0, disable_compile=not compiled,
@@ -97,13 +101,20 @@ def _generate(model, prompt, spec, device):
     prompt = _tensors(prompt, device)
     mask = torch.ones_like(prompt)
     model = _place(model, spec, device).eval()
+    # "model": the anchor's torch.compile(model) then generate, which reaches the uncompiled forward
+    generating = torch.compile(model, mode=COMPILE_MODE) if site == "model" else model
     seen = {}
 
     def step():
         with torch.no_grad():
             _note_compute_dtype(seen, device, model)
-            return model.generate(input_ids=prompt, attention_mask=mask, generation_config=config)
-    return _workload(model, step, spec, seen,
+            return generating.generate(input_ids=prompt, attention_mask=mask, generation_config=config)
+
+    def evidence():
+        decoding = bool(config.compile_config) and config.cache_implementation == "static"
+        return {"jit_compile": decoding or _is_compiled(generating),
+                "compile_site": "decoding" if decoding else "model" if _is_compiled(generating) else "none"}
+    return _workload(model, step, spec, seen, evidence=evidence,
                      generated_tokens=lambda out: out.shape[0] * (out.shape[1] - prompt.shape[1]))
 
 
@@ -165,15 +176,20 @@ def _stable_diffusion(spec, rng, device):
     latent, context, unconditional = data.sd_denoising(spec, rng)
     latents, contexts = _tensors((data.channels_first(latent), np.concatenate([unconditional, context])), device)
     forward, autocast = _maybe_compile(unet, spec), _autocast(spec, device)
+
+    def denoise():
+        eps_uncond, eps_text = forward(torch.cat([latents] * 2), t, encoder_hidden_states=contexts).sample.chunk(2)
+        eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
+        return scheduler.step(eps, t, latents).prev_sample
+    # "step": the whole denoising step compiled, as the anchor's torch.compile(pipeline) reached it
+    denoise = _compile(denoise) if spec["settings"]["compile_site"] == "step" else denoise
     seen = {}
 
     def step():
         with torch.no_grad(), autocast():
             _note_compute_dtype(seen, device, unet)
-            eps_uncond, eps_text = forward(torch.cat([latents] * 2), t, encoder_hidden_states=contexts).sample.chunk(2)
-            eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
-            return scheduler.step(eps, t, latents).prev_sample
-    return _workload(unet, step, spec, seen)
+            return denoise()
+    return _workload(unet, step, spec, seen, evidence=lambda: _evidence(forward, denoise, "step"))
 
 
 MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal_lm, "fit", "generate"),
@@ -183,8 +199,25 @@ MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal
 
 # ---------------------------------------------------------------- shared step paths
 
+def _compile(target):
+    return torch.compile(target, mode=COMPILE_MODE)
+
+
 def _maybe_compile(module, spec):
-    return torch.compile(module, mode=COMPILE_MODE) if spec["framework_def"]["jit_compile"] else module
+    """The module compiled where the cell's compile site is the module."""
+    return _compile(module) if spec["settings"]["compile_site"] == "module" else module
+
+
+def _is_compiled(target) -> bool:
+    """torch.compile's wrapper, on a module (OptimizedModule) or a function."""
+    return isinstance(target, torch._dynamo.eval_frame.OptimizedModule) or hasattr(target,
+                                                                                  "_torchdynamo_orig_callable")
+
+
+def _evidence(forward, whole_step, whole_step_site: str) -> dict:
+    """What the cell compiled, read from what it built: the module, the whole step function, or nothing."""
+    site = "module" if _is_compiled(forward) else whole_step_site if _is_compiled(whole_step) else "none"
+    return {"jit_compile": site != "none", "compile_site": site}
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -192,9 +225,14 @@ def _torch_dtype(name: str) -> torch.dtype:
 
 
 def _place(module, spec, device):
-    """The module on the cell's device, its parameters in the precision's weights dtype."""
+    """The module on the cell's device, its parameters in the precision's weights dtype; LoRA factors in float32
+    where the cell's lora_dtype says so (as Keras 3 creates them), else in the model's dtype (the anchor's peft)."""
     weights = spec["dtypes"]["weights"]
-    return module.to(device) if weights == "float32" else module.to(device=device, dtype=_torch_dtype(weights))
+    module = module.to(device) if weights == "float32" else module.to(device=device, dtype=_torch_dtype(weights))
+    if spec["settings"].get("lora_dtype") == "float32" and hasattr(module, "peft_config"):
+        from peft.tuners.tuners_utils import cast_adapter_dtype
+        cast_adapter_dtype(module, adapter_name="default", autocast_adapter_dtype=True)
+    return module
 
 
 def _autocast(spec, device):
@@ -221,11 +259,9 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
                                        lr=spec["task_options"]["learning_rate"])
     # Dynamic loss scaling for float16 gradients (bfloat16 has float32's range and needs none).
     scaler = torch.amp.GradScaler(device.type) if spec["dtypes"]["loss_scaling"] else None
-    seen = {}
 
-    def step():
+    def train():
         with autocast():
-            _note_compute_dtype(seen, device, module)
             value = loss(_call(forward, inputs))
         if scaler:
             scaler.scale(value).backward()
@@ -236,35 +272,57 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return value.detach()
+    # "train-step": zero_grad, forward, loss, backward and optimizer step compiled as one function (the anchor's
+    # torch.compile(train_fn)); dynamo breaks it into graphs at backward and compiles the optimizer step apart
+    train = _compile(train) if spec["settings"]["compile_site"] == "train-step" else train
+    seen = {}
+
+    def step():
+        _note_compute_dtype(seen, device, module, autocast)
+        return train()
     # Under reduce-overhead the loss is a CUDA-graph output that the next replay overwrites: keep a copy.
-    return _workload(module, step, spec, seen, keep=torch.Tensor.clone)
+    return _workload(module, step, spec, seen, keep=torch.Tensor.clone, evidence=lambda: _evidence(forward, train, "train-step"))
 
 
 def _predict(module, inputs, spec) -> Workload:
     device = _device_of(inputs)
     module = _place(module, spec, device).eval()
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
+
+    def predict():
+        return _call(forward, inputs)
+    predict = _compile(predict) if spec["settings"]["compile_site"] == "step" else predict
     seen = {}
 
     def step():
         with torch.no_grad(), autocast():
             _note_compute_dtype(seen, device, module)
-            return _call(forward, inputs)
-    return _workload(module, step, spec, seen)
+            return predict()
+    return _workload(module, step, spec, seen, evidence=lambda: _evidence(forward, predict, "step"))
 
 
-def _workload(module, step, spec, seen: dict, **extra) -> Workload:
+def _workload(module, step, spec, seen: dict, evidence, **extra) -> Workload:
     total, trainable = _count(module)
+
+    def observed() -> dict:
+        found = evidence()
+        lora = [p for name, p in module.named_parameters() if "lora_" in name]
+        if lora:
+            found["lora_dtype"] = dtype_name(lora[0].dtype)
+        return found
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
                     dtypes=lambda: {"weights": dtype_name(next(module.parameters()).dtype),
-                                    "compute": seen.get("compute")}, **extra)
+                                    "compute": seen.get("compute")}, evidence=observed, **extra)
 
 
-def _note_compute_dtype(seen: dict, device, module) -> None:
-    """Inside a step, once: the dtype its matrix products run in, autocast's where autocast is on, else the weights'."""
+def _note_compute_dtype(seen: dict, device, module, autocast=contextlib.nullcontext) -> None:
+    """Once per cell, in the step's precision context: the dtype its matrix products run in, autocast's where
+    autocast is on, else the weights'."""
     if "compute" not in seen:
-        on = torch.is_autocast_enabled(device.type)
-        seen["compute"] = dtype_name(torch.get_autocast_dtype(device.type) if on else next(module.parameters()).dtype)
+        with autocast():
+            on = torch.is_autocast_enabled(device.type)
+            seen["compute"] = dtype_name(torch.get_autocast_dtype(device.type) if on
+                                         else next(module.parameters()).dtype)
 
 
 def _call(forward, inputs):

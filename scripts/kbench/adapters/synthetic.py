@@ -56,7 +56,7 @@ def backend() -> Backend:
         return a @ b
     return Backend(name="numpy", sync=DEVICE.sync, sync_name="synthetic device queue join",
                    device=lambda: {"kind": "cpu", "name": "cpu", "count": 1, "platform_version": None},
-                   set_tf32=lambda allowed: {}, matmul=matmul, peak_device_memory_bytes=lambda: None,
+                   set_tf32=lambda mode: {}, matmul=matmul, peak_device_memory_bytes=lambda: None,
                    reset_peak_device_memory=lambda: False, package_versions=lambda: {"numpy": np.__version__})
 
 
