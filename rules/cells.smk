@@ -1,12 +1,13 @@
 rule cell:
-    """Any cell: one process in its stack's environment, one result JSON (ok, failed or unsupported)."""
+    """One repeat of any cell: one fresh process in its stack's environment, one result JSON (ok, failed or
+    unsupported). Repeats share the cell's spec (and so its params): a changed lock reruns all of them."""
     input:
         environment=environment_record,
         harness=harness_sources,
     output:
-        results("cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.json"),
+        results("cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.r{repeat}.json"),
     log:
-        results("logs/cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.log"),
+        results("logs/cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.r{repeat}.log"),
     params:
         spec=cell_spec,
         not_applicable=lambda wildcards: cell_of(wildcards).not_applicable,

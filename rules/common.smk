@@ -30,6 +30,7 @@ wildcard_constraints:
     model="|".join(config["model_defs"]),
     task="|".join(matrix.TASKS),
     batch=r"\d+",
+    repeat=r"\d+",
     precision=precision.pattern(),
     framework="|".join(config["framework_defs"]),
     stack="[a-z0-9-]+",
@@ -41,8 +42,13 @@ def results(*parts):
     return os.path.join(RESULTS, *parts)
 
 
-def cell_json(cell):
-    return results("cells", f"{cell.cell_id}.json")
+def cell_json(cell, repeat):
+    return results("cells", f"{cell.cell_id}.r{repeat}.json")
+
+
+def cell_jsons(cells, suite):
+    """Every repeat of every cell (config repeats, else the suite's)."""
+    return [cell_json(c, r) for c in cells for r in range(1, matrix.repeats(config, suite) + 1)]
 
 
 def cell_of(wildcards):
@@ -86,8 +92,9 @@ def cell_spec(wildcards):
 
 
 def profile_cells(wildcards):
-    """The cell JSONs of one profile of the suite, in the config's order."""
-    return [cell_json(c) for c in matrix.cells(config, wildcards.suite) if c.profile == wildcards.profile]
+    """The cell JSONs (every repeat) of one profile of the suite, in the config's order."""
+    return cell_jsons([c for c in matrix.cells(config, wildcards.suite) if c.profile == wildcards.profile],
+                      wildcards.suite)
 
 
 def table_files(suite):

@@ -1,7 +1,7 @@
 rule plots:
     """A profile's charts (ms/step per model/task, speedup, first-step time), PNG shown in the report, SVG beside."""
     input:
-        results("tables/{suite}/{profile}/cells_long.csv"),
+        results("tables/{suite}/{profile}/cells_summary.csv"),
     output:
         [in_report(results("plots/{suite}/{profile}", name), "Plots", "{profile}") if name.endswith(".png")
          else results("plots/{suite}/{profile}", name) for name in PLOTS],
@@ -20,7 +20,7 @@ rule plots:
 rule run_facts:
     """What the report must name: the suite, the images (or venvs) the cells ran in, and the host."""
     input:
-        cells=lambda wildcards: [cell_json(c) for c in matrix.cells(config, wildcards.suite)],
+        cells=lambda wildcards: cell_jsons(matrix.cells(config, wildcards.suite), wildcards.suite),
         environments=lambda wildcards: stack_records(wildcards.suite),
     output:
         in_report(results("tables/{suite}/run_facts.html"), "Run"),
@@ -36,7 +36,7 @@ rule archive:
     """One finished run -> results/archive/<run_id>.tar.gz with a SHA-256 manifest (see kbench.archive).
     The report is an input: make it first with `snakemake --report results/report/<suite>.html`."""
     input:
-        cells=[cell_json(c) for c in matrix.cells(config)],
+        cells=cell_jsons(matrix.cells(config), config["suite"]),
         tables=table_files(config["suite"]),
         plots=plot_files(config["suite"]),
         report=results("report", f"{config['suite']}.html"),

@@ -1,18 +1,14 @@
 """kbench.flops: hand-checkable cases, paper sizes against published figures, and (e2e) every tiny model/task against
 torch.utils.flop_counter.FlopCounterMode around one step of the native-torch-eager cell in the native-torch image."""
 import copy
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from conftest import CONFIG, REPO
-from kbench import flops, launch, matrix
+from conftest import CONFIG, REPO, snakemake
+from kbench import flops, launch, matrix, records
 
 CPU_CONFIG = {**copy.deepcopy(CONFIG), "accelerator": "cpu"}
 
@@ -213,7 +209,7 @@ COUNTER_SCRIPT = textwrap.dedent('''
     import json, sys, traceback
     import torch
     from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
-    from kbench.adapters import load
+    from kbench import adapters
 
     aten = torch.ops.aten
 
@@ -238,10 +234,10 @@ COUNTER_SCRIPT = textwrap.dedent('''
         def __enter__(self): return self
         def __exit__(self, *exc): return False
 
-    adapter = load("native_torch")
+    adapter = adapters.load("native_torch")
     for case in CASES:
         try:
-            workload = adapter.build(case["spec"])
+            workload = adapters.build(adapter, case["spec"])
             workload.step()                                    # lazy initialisation, outside the count
             counter = FlopCounterMode(display=False, custom_mapping=CUSTOM)
             assert hasattr(counter, "mod_tracker")
@@ -272,24 +268,16 @@ def e2e_cases():
     return cases
 
 
-def native_torch_image():
-    """The podman image record of the native-torch stack (results/images/native-torch.cpu.json, or under
-    $KBENCH_RESULTS_DIR), or a pytest.skip saying what is missing."""
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed")
-    results = Path(os.environ.get("KBENCH_RESULTS_DIR", REPO / CONFIG["results_dir"]))
-    stack = matrix.stack_of(CPU_CONFIG, "native-torch-eager")
-    record_path = results / launch.environment_record("podman", stack, "cpu")
-    if not record_path.exists():
-        pytest.skip(f"no image record {record_path}: build it (snakemake ... {record_path}) or set "
-                    "KBENCH_RESULTS_DIR to a results folder that has it")
-    record = json.loads(record_path.read_text())
-    lock = REPO / "envs" / f"{stack}.cpu.lock"
-    if record.get("lock_sha256") != "sha256:" + hashlib.sha256(lock.read_bytes()).hexdigest():
-        pytest.skip(f"{record_path} was built from another {lock.name} than this checkout's")
-    if subprocess.run(["podman", "image", "exists", record["id"]], env=launch.process_env("podman")).returncode:
-        pytest.skip(f"image {record['id']} ({record_path}) is not in podman's store")
-    return record
+@pytest.fixture(scope="module")
+def native_torch_image(tmp_path_factory):
+    """The native-torch podman image record, built through the workflow (podman's layer cache makes it quick where
+    the image was built before)."""
+    results = tmp_path_factory.mktemp("results-flops")
+    target = results / records.path("podman", matrix.stack_of(CPU_CONFIG, "native-torch-eager"), "cpu")
+    proc = snakemake(str(target), "--cores", "all", "--config", "accelerator=cpu", "runtime=podman",
+                     f"results_dir={results}", timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return records.read(target)
 
 
 def run_counter(image_id, cases):
@@ -305,10 +293,9 @@ def run_counter(image_id, cases):
 
 
 @pytest.mark.e2e
-def test_formulas_match_flop_counter_mode_on_every_tiny_model_and_task():
-    image = native_torch_image()
+def test_formulas_match_flop_counter_mode_on_every_tiny_model_and_task(native_torch_image):
     cases = e2e_cases()
-    counted = run_counter(image["id"], cases)
+    counted = run_counter(native_torch_image["id"], cases)
     report, failures = [], []
     for case in cases:
         result = counted[case["name"]]

@@ -32,8 +32,9 @@ def fixture_cell(framework, task, batch, mean_ms, record, keras="3.15.1", runtim
     return result
 
 
-def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runtime="podman"):
-    """Environment records, then cells (newer than every input), as a finished tiny run leaves them."""
+def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runtime="podman", repeats=1):
+    """Environment records, then cells (newer than every input), as a finished tiny run leaves them; repeat r of a
+    cell runs 1% slower per repeat (a spread of 2% over 3 repeats)."""
     environments = {}
     for framework in FRAMEWORKS:
         stack = matrix.stack_of(CONFIG, framework)
@@ -46,9 +47,12 @@ def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runti
         records.write(results / records.path(runtime, stack, "cpu"), record)
         environments[framework] = record
     for (framework, task, batch), mean in ms.items():
-        path = results / "cells" / (matrix.Cell("tiny", "strict", "bert", task, batch, "float32", framework).cell_id
-                                    + ".json")
-        fixture_cell(framework, task, batch, mean, environments[framework], keras, runtime).write(path)
+        cell_id = matrix.Cell("tiny", "strict", "bert", task, batch, "float32", framework).cell_id
+        for repeat in range(1, repeats + 1):
+            result = fixture_cell(framework, task, batch, mean * (1 + 0.01 * (repeat - 1)), environments[framework],
+                                  keras, runtime)
+            result.repeat = repeat
+            result.write(results / "cells" / f"{cell_id}.r{repeat}.json")
 
 
 MS = {("native-torch-eager", "fit", 32): 80.0, ("keras3-jax", "fit", 32): 100.0,
@@ -137,7 +141,7 @@ def test_archive_holds_the_run_and_verifies(finished_run):
         names = {m.name.removeprefix("run1/") for m in tar.getmembers()}
     assert {"MANIFEST.sha256", "run.json", "config.resolved.yaml", "report/tiny.html", "tables/tiny/strict/ms_per_step.csv",
             "plots/tiny/strict/ms_per_step.svg", "images/keras3-jax.cpu.json", "envs/keras3-jax.gpu.lock",
-            "containers/Containerfile", "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.json"} <= names
+            "containers/Containerfile", "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json"} <= names
     assert archive.verify(path) == []
     assert archive.main(["verify", str(path)]) == 0
 
@@ -162,7 +166,7 @@ def rewrite(source, target, change, extra=None, remanifest=False):
                 new.addfile(info, io.BytesIO(data))
 
 
-CELL = "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.json"
+CELL = "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json"
 
 
 def test_verify_names_one_changed_byte(finished_run, tmp_path):
@@ -223,7 +227,10 @@ def test_verify_names_an_edited_mean_even_under_a_rewritten_manifest(finished_ru
 
 def test_verify_names_an_edited_table_even_under_a_rewritten_manifest(finished_run, tmp_path):
     def edit(name, data):
-        return data.replace(b"100.00", b"90.00") if name.endswith("tables/tiny/strict/ms_per_step.csv") else data
+        if name.endswith("tables/tiny/strict/ms_per_step.csv"):
+            assert b",100.0," in data
+            return data.replace(b",100.0,", b",90.0,")
+        return data
     rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
     assert archive.verify(tmp_path / "t.tar.gz") == [
         "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs"]
@@ -266,6 +273,19 @@ def test_compare_marks_changes_noise_packages_images_and_cells_of_one_run(tmp_pa
     assert rows.loc["tiny/strict/bert/predict/bs256/float32/native-torch-eager", "verdict"] == "only in old"
     unchanged = rows.loc["tiny/strict/bert/fit/bs32/float32/native-torch-eager"]
     assert unchanged["verdict"] == "same record (not rerun)" and unchanged["packages changed"] == ""
+
+
+def test_compare_tests_the_repeats_of_both_sides(tmp_path):
+    """Three repeats a side: Welch's test on the repeat means decides, not a fixed band."""
+    write_run(tmp_path / "old", MS, repeats=3)
+    new = {**MS, ("keras3-jax", "fit", 32): 110.0, ("keras3-jax", "predict", 256): 201.0}
+    write_run(tmp_path / "new", new, repeats=3)
+    rows = compare.compare(archive.Run(tmp_path / "old"), archive.Run(tmp_path / "new")).set_index("cell")
+    fit, predict = rows.loc["tiny/strict/bert/fit/bs32/float32/keras3-jax"], rows.loc[
+        "tiny/strict/bert/predict/bs256/float32/keras3-jax"]
+    assert (fit["verdict"], fit["repeats"], fit["old ms"], fit["new ms"]) == ("slower", "3 / 3", 101.0, 111.1)
+    assert fit["significant"].startswith("yes (Welch p=")
+    assert predict["verdict"] == "no significant change" and predict["significant"].startswith("no (Welch p=")
 
 
 def test_noise_band_ignores_the_drain_step_and_widens_with_step_spread():

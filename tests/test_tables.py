@@ -1,21 +1,26 @@
 import pandas as pd
 import pytest
 
-from kbench import cell, departures, matrix, tables
+from kbench import cell, departures, flops, matrix, tables
 
 FRAMEWORKS = ["keras3-jax", "keras3-tensorflow", "keras3-torch"]
 
 
-def result(config, model, task, batch, framework, mean_ms=None, status="ok", error=None, precision=None):
+def result(config, model, task, batch, framework, mean_ms=None, status="ok", error=None, precision=None, repeat=1,
+           steps=None, device="cpu", compute="float32"):
     precision = precision or config["model_defs"][model]["precisions"][0]
     spec = matrix.spec(config, "tiny", model, task, batch, precision, framework)
-    out = cell.new_result(spec, {"runtime": "host", "device": "cpu", "packages": {"keras": "3.15.1"}}, status, error)
+    out = cell.new_result(spec, {"runtime": "host", "device": device, "packages": {"keras": "3.15.1"}}, status, error,
+                          repeat)
     if status == "ok":
-        out.timing = {"n": 3, "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 0.0,
-                         "min_ms": mean_ms, "max_ms": mean_ms, "first_step_ms": 900.0, "window_ms": 3 * mean_ms,
-                         "examples_per_s": batch * 1e3 / mean_ms, "tokens_per_s": None, "step_ms": [mean_ms] * 3}
+        steps = steps or [mean_ms] * 3
+        mean_ms = sum(steps) / len(steps)
+        out.timing = {"n": len(steps), "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 0.0,
+                      "min_ms": min(steps), "max_ms": max(steps), "first_step_ms": 900.0, "window_ms": sum(steps),
+                      "examples_per_s": batch * 1e3 / mean_ms, "tokens_per_s": None, "step_ms": steps}
         out.params = {"total": 1000, "trainable": 1000}
-        out.memory = {"peak_host_rss_bytes": 2**30, "peak_device_bytes": None}
+        out.memory = {"peak_host_rss_bytes": 2**30, "peak_device_bytes": 3 * 2**20, "nvml_used_bytes_after_steps": None}
+        out.numerics = {"weights_dtype": "float32", "compute_dtype": compute, "probe": {"observed_class": "fp32"}}
     return out
 
 
@@ -33,29 +38,86 @@ def results(config):
     ]
 
 
+def summary(results):
+    return tables.summary_table(tables.long_table(results))
+
+
 def test_ms_per_step_has_anchor_shape_and_status_texts(results):
-    table = tables.ms_per_step_table(tables.long_table(results), FRAMEWORKS)
-    assert list(table.columns) == FRAMEWORKS + ["params_parity"]
-    assert table.loc[("bert", "fit", 32, "float32")].tolist() == ["10.00", "20.00", "40.00", ""]
-    assert table.loc[("sam", "predict", 4, "float32")].tolist() == ["failed: MemoryError", "8.00", "n/a: needs Keras 3", ""]
+    readable = tables.ms_per_step_table(summary(results), FRAMEWORKS, readable=True)
+    assert list(readable.columns) == FRAMEWORKS + ["params_parity"]
+    assert readable.loc[("bert", "fit", 32, "float32")].tolist() == [
+        "10.00 ± 0.00*", "20.00 ± 0.00*", "40.00 ± 0.00*", ""]           # one repeat each: within-run intervals
+    assert readable.loc[("sam", "predict", 4, "float32")].tolist() == [
+        "failed: MemoryError", "8.00 ± 0.00*", "n/a: needs Keras 3", ""]
+    numbers = tables.ms_per_step_table(summary(results), FRAMEWORKS)
+    assert list(numbers.columns) == [c for f in FRAMEWORKS for c in (f, f"{f} low", f"{f} high")] + ["params_parity"]
+    assert numbers.loc[("bert", "fit", 32, "float32"), "keras3-jax"] == 10.0
+
+
+def test_a_cell_is_the_median_of_its_repeats_with_a_t_interval_over_them(config):
+    repeats = [result(config, "bert", "fit", 32, "keras3-jax", ms, repeat=i + 1) for i, ms in enumerate([10, 12, 11])]
+    row = summary(repeats).iloc[0]
+    assert (row.repeats, row.estimate_ms, row.ci_method) == (3, 11.0, "repeats")
+    assert row.ci_low_ms == pytest.approx(11 - 2.4841, abs=1e-3) and row.ci_high_ms == pytest.approx(13.4841,
+                                                                                                   abs=1e-3)
+    assert row.text == "11.00 ± 2.48"
+
+
+def test_a_cell_with_a_failed_repeat_is_failed_and_says_how_many(config):
+    repeats = [result(config, "bert", "fit", 32, "keras3-jax", 10.0, repeat=1),
+               result(config, "bert", "fit", 32, "keras3-jax", status="failed", repeat=2,
+                      error=cell.error_info("Timeout", "too slow"))]
+    row = summary(repeats).iloc[0]
+    assert (row.status, row.text, row.repeats_ok) == ("failed", "failed: Timeout (1 of 2 repeats)", 1)
 
 
 def test_speedup_is_other_over_best_keras3_minus_one(results):
-    table = tables.speedup_table(tables.long_table(results), FRAMEWORKS, FRAMEWORKS)
+    table = tables.speedup_table(summary(results), FRAMEWORKS, FRAMEWORKS)
     bert = table.loc[("bert", "fit", 32, "float32")]
     assert bert[tables.BEST] == "keras3-jax" and bert["best Keras 3 ms"] == 10.0
     assert bert[["vs keras3-jax %", "vs keras3-tensorflow %", "vs keras3-torch %"]].tolist() == [0, 100, 300]
+    assert bert[["vs keras3-jax", "vs keras3-tensorflow", "vs keras3-torch"]].tolist() == ["best", "+100%", "+300%"]
     sam = table.loc[("sam", "predict", 4, "float32")]
     assert sam[tables.BEST] == "keras3-tensorflow" and pd.isna(sam["vs keras3-jax %"])
 
 
+def test_speedup_names_a_winner_only_where_the_intervals_separate(config):
+    def repeats(framework, means):
+        return [result(config, "bert", "fit", 32, framework, ms, repeat=i + 1) for i, ms in enumerate(means)]
+    cells = repeats("keras3-jax", [10, 11, 12]) + repeats("keras3-tensorflow", [11, 12, 13]) + repeats(
+        "keras3-torch", [30, 31, 32])
+    bert = tables.speedup_table(summary(cells), FRAMEWORKS, FRAMEWORKS).loc[("bert", "fit", 32, "float32")]
+    assert bert[tables.BEST] == "keras3-jax (tie: keras3-tensorflow)"
+    assert bert[["vs keras3-tensorflow", "vs keras3-torch"]].tolist() == [tables.TIE, "+182%"]
+    assert bert["vs keras3-tensorflow %"] == 9        # the number stays in the CSV
+
+
 def test_speedup_row_whose_keras3_cells_all_failed_has_no_best(config, results):
     failed = cell.error_info("MemoryError", "out of memory")
-    long = tables.long_table([result(config, "sam", "fit", 1, f, status="failed", error=failed) for f in FRAMEWORKS]
-                             + results)
+    long = summary([result(config, "sam", "fit", 1, f, status="failed", error=failed) for f in FRAMEWORKS]
+                   + results)
     table = tables.speedup_table(long, FRAMEWORKS, FRAMEWORKS)
     assert pd.isna(table.loc[("sam", "fit", 1, "float32"), tables.BEST])
     assert table.loc[("bert", "fit", 32, "float32"), tables.BEST] == "keras3-jax"
+
+
+def test_throughput_has_model_flops_and_mfu_against_the_devices_peak(config):
+    cells = [result(config, "bert", "fit", 32, "keras3-jax", 100.0),
+             result(config, "gemma", "fit", 8, "keras3-jax", 50.0, device="NVIDIA H100 80GB HBM3", compute="bfloat16")]
+    table = tables.throughput_table(summary(cells))
+    bert, gemma = table.loc[("bert", "fit", 32, "float32", "keras3-jax")], table.loc[
+        ("gemma", "fit", 8, "bfloat16", "keras3-jax")]
+    bert_flops = flops.per_step(matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax"))
+    assert bert.tflops_per_s == pytest.approx(bert_flops * 10 / 1e12, rel=1e-3) and pd.isna(bert["MFU %"])
+    assert gemma.arithmetic == "bf16" and gemma.peak_tflops == 989.4
+    assert gemma["MFU %"] == pytest.approx(100 * gemma.tflops_per_s / 989.4, abs=0.01)
+
+
+def test_memory_is_the_largest_over_the_repeats(config):
+    cells = [result(config, "bert", "fit", 32, "keras3-jax", 10.0, repeat=r) for r in (1, 2)]
+    cells[1].memory["peak_device_bytes"] = 5 * 2**20
+    row = tables.memory_table(summary(cells)).iloc[0]
+    assert row["peak device MiB (framework)"] == 5.0 and row["peak host RSS MiB"] == 1024.0
 
 
 def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
@@ -67,10 +129,12 @@ def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
     long = pd.read_csv(tmp_path / "tables" / "cells_long.csv")
     assert len(long) == 6 and set(long.status) == {"ok", "failed", "unsupported"}
     assert {"median_ms", "p90_ms", "stdev_ms", "first_step_ms", "params_total", "peak_host_rss_mib",
-            "spec_digest", "packages"} <= set(long.columns)
+            "spec_digest", "packages", "repeat"} <= set(long.columns)
     markdown = (tmp_path / "tables" / "ms_per_step.md").read_text()
-    assert "failed: MemoryError" in markdown and "n/a: needs Keras 3" in markdown
+    assert "failed: MemoryError" in markdown and "n/a: needs Keras 3" in markdown and "10.00 ± 0.00*" in markdown
     assert pd.read_csv(tmp_path / "tables" / "speedup.csv").shape[0] == 2
+    assert {"estimate_ms", "ci_low_ms", "ci_high_ms", "mfu"} <= set(pd.read_csv(tmp_path / "tables" /
+                                                                               "cells_summary.csv").columns)
 
 
 def counted(config, framework, total, trainable, model="gemma", task="fit", batch=8, status="ok"):
@@ -81,7 +145,7 @@ def counted(config, framework, total, trainable, model="gemma", task="fit", batc
 
 
 def test_parity_flags_rows_whose_counts_differ_by_more_than_one_percent(config):
-    long = tables.long_table([
+    long = summary([
         counted(config, "keras3-jax", 152_128, 4_352), counted(config, "native-torch-eager", 149_824, 2_048),
         counted(config, "keras3-jax", 78_092, 78_060, "sam", "predict", 4),
         counted(config, "native-torch-eager", 78_060, 78_060, "sam", "predict", 4),   # 0.04 %: same model
@@ -97,11 +161,12 @@ def test_parity_flags_rows_whose_counts_differ_by_more_than_one_percent(config):
 
 def test_parity_counts_failed_cells_that_built_their_model(config):
     """A LoRA fit that trained nothing is failed, yet its counts still show it differs from the others."""
-    long = tables.long_table([counted(config, "keras3-jax", 208_448, 3_328),
+    long = summary([counted(config, "keras3-jax", 208_448, 3_328),
                               counted(config, "keras2", 205_120, 0, status="failed")])
     assert tables.parity_flags(long)[("gemma", "fit", 8, "bfloat16")] == "total +1.6%, trainable +inf%"
-    assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"]).loc[("gemma", "fit", 8, "bfloat16")].tolist() == [
-        "failed: LoRANotApplied", "10.00", "total +1.6%, trainable +inf%"]
+    assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"], readable=True).loc[
+        ("gemma", "fit", 8, "bfloat16")].tolist() == ["failed: LoRANotApplied", "10.00 ± 0.00*",
+                                                      "total +1.6%, trainable +inf%"]
 
 
 # ---------------------------------------------------------------- the mixed-precision study
@@ -114,7 +179,7 @@ def study(config):
     """ResNet-50 fit on two frameworks at three precisions (native fp16 overflowed), and a fp32-only SAM row."""
     def run(framework, precision, ms=None, **kw):
         return result(config, "resnet50", "fit", 128, framework, ms, precision=precision, **kw)
-    return tables.long_table([
+    return summary([
         run("native-torch-eager", "float32", 300.0), run("native-torch-eager", "mixed_float16", status="failed",
                                                          error=cell.error_info("NonFiniteLoss", "non-finite loss")),
         run("native-torch-eager", "mixed_bfloat16", 150.0),
@@ -132,15 +197,16 @@ def test_precision_table_has_frameworks_by_precision_for_study_rows_only(study):
     assert list(table.columns) == ["float32", "mixed_float16", "mixed_bfloat16"]
     assert table.index.tolist() == [("resnet50", "fit", 128, "native-torch-eager"),
                                     ("resnet50", "fit", 128, "keras3-jax")]
-    assert table.loc[("resnet50", "fit", 128, "native-torch-eager")].tolist() == ["300.00", "failed: NonFiniteLoss",
-                                                                                  "150.00"]
+    assert table.loc[("resnet50", "fit", 128, "native-torch-eager")].tolist() == [
+        "300.00 ± 0.00*", "failed: NonFiniteLoss", "150.00 ± 0.00*"]
 
 
 def test_precision_speedup_is_baseline_over_precision_beside_the_claim(study):
     table = tables.precision_speedup_table(study, STUDY, "float32", CLAIMS)
-    assert list(table.columns) == ["fp32 / fp16 x", "fp32 / bf16 x", "claimed x", "claim"]
+    assert list(table.columns) == ["fp32 / fp16 x", "fp32 / fp16 verdict", "fp32 / bf16 x", "fp32 / bf16 verdict",
+                                   "claimed x", "claim"]
     jax = table.loc[("resnet50", "fit", 128, "keras3-jax")]
-    assert jax.tolist() == [1.5, 1.2, 1.5, "1.5x faster ResNet-50 training"]
+    assert jax.tolist() == [1.5, "different", 1.2, "different", 1.5, "1.5x faster ResNet-50 training"]
     native = table.loc[("resnet50", "fit", 128, "native-torch-eager")]
     assert pd.isna(native["fp32 / fp16 x"]) and native["fp32 / bf16 x"] == 2.0     # a failed cell has no ratio
 
@@ -161,17 +227,17 @@ def test_cells_long_carries_precision_and_losses(config):
 
 
 def test_an_adapters_unsupported_reads_apart_from_a_configured_na(config):
-    long = tables.long_table([
+    long = summary([
         result(config, "sam", "predict", 4, "keras3-jax", status="unsupported",
                error=cell.error_info("NotApplicable", "not configured")),
         result(config, "sam", "predict", 4, "keras3-torch", status="unsupported",
                error=cell.error_info("NotSupported", "keras3 adapter has no sam predict"))])
-    assert tables.ms_per_step_table(long, FRAMEWORKS).loc[("sam", "predict", 4, "float32")].tolist() == [
-        "n/a: not configured", "unsupported: keras3 adapter has no sam predict", ""]
+    assert tables.ms_per_step_table(long, FRAMEWORKS, readable=True).loc[("sam", "predict", 4, "float32")].tolist() \
+        == ["n/a: not configured", "unsupported: keras3 adapter has no sam predict", ""]
 
 
 def test_speedup_carries_the_parity_flag_of_its_row(config):
-    long = tables.long_table([counted(config, "keras3-jax", 152_128, 4_352), counted(config, "keras3-torch", 149_824,
+    long = summary([counted(config, "keras3-jax", 152_128, 4_352), counted(config, "keras3-torch", 149_824,
                                                                                      2_048)])
     table = tables.speedup_table(long, FRAMEWORKS, FRAMEWORKS)
     assert table.loc[("gemma", "fit", 8, "bfloat16"), "params_parity"] == "total +1.5%, trainable +112.5%"
@@ -181,7 +247,7 @@ def test_a_profile_reproducing_the_anchor_names_what_it_cannot_per_row(config, r
     unreproduced = departures.unreproduced({**config, "profiles": ["anchor"]}, "anchor")
     assert {d["id"] for d in unreproduced} >= {"timing-rules", "generate-inputs", "native-trainer-loop"}
     assert departures.unreproduced(config, "strict") == []
-    table = tables.ms_per_step_table(tables.long_table(results), FRAMEWORKS, unreproduced)
+    table = tables.ms_per_step_table(summary(results), FRAMEWORKS, unreproduced)
     # every Keras 3 column: the timer and the versions; the Keras LoRA dtype only on LLM fit rows
     assert table.loc[("bert", "fit", 32, "float32"), tables.UNREPRODUCED] == "timing-rules, versions"
     assert "native-trainer-loop" not in table[tables.UNREPRODUCED].str.cat()     # no native column in this table

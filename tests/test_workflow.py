@@ -22,7 +22,7 @@ def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite, accelerator, run
                      f"runtime={runtime}", f"results_dir={tmp_path}")
     assert proc.returncode == 0, proc.stdout
     config = {**CONFIG, "accelerator": accelerator}
-    cells = matrix.cells(config, suite)
+    cells = [c for c in matrix.cells(config, suite) for _ in range(matrix.repeats(config, suite))]   # every repeat
     stacks = {matrix.stack_of(config, c.framework) for c in cells if not c.not_applicable}
     environment_jobs = {"base_image": 1, "stack_image": len(stacks)} if runtime == "podman" else {
         "environment": len(stacks)}
@@ -93,7 +93,7 @@ def planned_cells(plan: str) -> list[str]:
 def runnable_cells(**where) -> list[str]:
     """The tiny suite's cell JSONs whose framework has the given framework_defs values (e.g. stack=...)."""
     config = {**CONFIG, "accelerator": "cpu"}
-    return sorted(f"results/cells/{c.cell_id}.json" for c in matrix.cells(config, "tiny") if not c.not_applicable
+    return sorted(f"results/cells/{c.cell_id}.r1.json" for c in matrix.cells(config, "tiny") if not c.not_applicable
                   and all(config["framework_defs"][c.framework][k] == v for k, v in where.items()))
 
 
@@ -125,6 +125,30 @@ def test_a_changed_adapter_reruns_exactly_its_columns(up_to_date, adapter):
     edit(up_to_date / "scripts" / "kbench" / "adapters" / f"{adapter}.py")
     plan = snakemake("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date).stdout
     assert sorted(planned_cells(plan)) == runnable_cells(adapter=adapter)
+
+
+def test_more_repeats_run_only_the_new_repeats(up_to_date):
+    """repeats 1 -> 2: every cell gets a second fresh process; the first repeats stand."""
+    plan = snakemake("-n", *TINY, "repeats=2", cwd=up_to_date).stdout
+    planned = planned_cells(plan)
+    assert planned and all(path.endswith(".r2.json") for path in planned)
+    assert len(planned) == len(matrix.cells({**CONFIG, "accelerator": "cpu"}, "tiny"))
+
+
+def test_a_version_bump_reruns_every_repeat_of_that_stacks_cells(up_to_date_template, tmp_path):
+    """With repeats=3 up to date, a bumped lock reruns all three repeats of its stack's cells and nothing else."""
+    shutil.copytree(up_to_date_template, tmp_path / "w")
+    workflow = tmp_path / "w"
+    for first in (workflow / "results" / "cells").rglob("*.r1.json"):
+        for r in (2, 3):
+            shutil.copy(first, first.with_name(first.name.replace(".r1.json", f".r{r}.json")))
+    assert snakemake("--touch", "--forceall", *TINY, "repeats=3", cwd=workflow).returncode == 0
+    lock = workflow / "envs" / "keras3-jax.cpu.lock"
+    lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
+    planned = sorted(planned_cells(snakemake("-n", *TINY, "repeats=3", cwd=workflow).stdout))
+    expected = sorted(path.replace(".r1.json", f".r{r}.json") for path in runnable_cells(stack="keras3-jax")
+                      for r in (1, 2, 3))
+    assert planned == expected
 
 
 def test_a_changed_timer_reruns_every_runnable_cell(up_to_date):

@@ -121,11 +121,15 @@ class Run:
             raise ValueError(f"{self.source}: give --suite; cells/ holds suites: {', '.join(found) or 'none'}")
         return found[0]
 
-    def cells(self) -> dict[str, cell.CellResult]:
+    def cells(self) -> dict[str, list[cell.CellResult]]:
+        """cell_id -> its repeats, in repeat order."""
         prefix = f"cells/{self.suite}/"
         results = [cell.CellResult.from_json(json.loads(data), name) for name, data in self.files.items()
                    if name.startswith(prefix) and name.endswith(".json")]
-        return {result.cell_id: result for result in results}
+        found: dict[str, list[cell.CellResult]] = {}
+        for result in sorted(results, key=lambda r: (r.cell_id, r.repeat)):
+            found.setdefault(result.cell_id, []).append(result)
+        return found
 
 
 # ---------------------------------------------------------------- verify
@@ -157,26 +161,28 @@ def consistency(run: Run) -> list[str]:
     cells = run.cells()
     if not long_names:
         return [f"tables/{run.suite}/<profile>/cells_long.csv: missing, cells cannot be checked against the tables"]
-    in_tables = set().union(*(pd.read_csv(io.BytesIO(run.files[name])).cell_id for name in long_names))
-    for cell_id in sorted(in_tables - set(cells)):
-        problems.append(f"cells/{cell_id}.json: missing (the tables list this cell)")
-    for cell_id in sorted(set(cells) - in_tables):
-        problems.append(f"cells/{cell_id}.json: not in any {', '.join(long_names)}")
-    for cell_id, result in sorted(cells.items()):
+    in_tables = {f"{r.cell_id}.r{r.repeat}" for name in long_names
+                 for r in pd.read_csv(io.BytesIO(run.files[name])).itertuples()}
+    archived = {f"{cell_id}.r{r.repeat}": r for cell_id, repeats in cells.items() for r in repeats}
+    for name in sorted(in_tables - set(archived)):
+        problems.append(f"cells/{name}.json: missing (the tables list this cell)")
+    for name in sorted(set(archived) - in_tables):
+        problems.append(f"cells/{name}.json: not in any {', '.join(long_names)}")
+    for name, result in sorted(archived.items()):
         prov, spec = result.provenance, result.spec
         environment = prov.get("environment")
         if not environment:      # n/a cells never start an environment
             continue
         record_name = records.path(prov["runtime"], spec["framework_def"]["stack"], spec["accelerator"])
         if record_name not in run.files:
-            problems.append(f"{record_name}: missing (cells/{cell_id}.json ran in it)")
+            problems.append(f"{record_name}: missing (cells/{name}.json ran in it)")
             continue
         key, recorded = records.identity(json.loads(run.files[record_name]))
         if recorded != environment.get(key):
-            problems.append(f"cells/{cell_id}.json: ran in {key} {environment.get(key)}, but {record_name} "
+            problems.append(f"cells/{name}.json: ran in {key} {environment.get(key)}, but {record_name} "
                             f"records {recorded}")
-    for cell_id, result in sorted(cells.items()):
-        problems += [f"cells/{cell_id}.json: {p}" for p in timing_arithmetic(result)]
+    for cell_id, repeats in sorted(cells.items()):
+        problems += [f"cells/{cell_id}.r{r.repeat}.json: {p}" for r in repeats for p in timing_arithmetic(r)]
     return problems + rebuilt_tables(run, cells)
 
 
@@ -198,7 +204,7 @@ def timing_arithmetic(result: cell.CellResult) -> list[str]:
     return found
 
 
-def rebuilt_tables(run: Run, cells: dict[str, cell.CellResult]) -> list[str]:
+def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[str]:
     """Every table file of the archive must be what kbench.tables (each profile's tables) and kbench.departures make
     of the archived cells and config: a figure edited in a table (or in a cell) shows as a difference even under a
     regenerated manifest."""
@@ -212,8 +218,8 @@ def rebuilt_tables(run: Run, cells: dict[str, cell.CellResult]) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         for profile in config["profiles"]:
-            in_run_order = [cells[c.cell_id] for c in matrix.cells(config, run.suite)
-                            if c.profile == profile and c.cell_id in cells]
+            in_run_order = [r for c in matrix.cells(config, run.suite) if c.profile == profile
+                            for r in cells.get(c.cell_id, [])]
             tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile,
                          profile, config["precision_study"]["baseline"], config["precision_study"]["claims"],
                          departures.unreproduced(config, profile))

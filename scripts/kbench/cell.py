@@ -16,10 +16,11 @@ from datetime import datetime, timezone
 
 from kbench import files
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STATUSES = ("ok", "failed", "unsupported")
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
-_ADDED_SINCE = {2: {"numerics": None, "evidence": None}, 3: {"evidence": None}}
+_ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1}, 3: {"evidence": None, "repeat": 1},
+                4: {"repeat": 1}}
 
 
 class SchemaError(ValueError):
@@ -56,6 +57,7 @@ class CellResult:
     numerics: dict | None = None
     evidence: dict | None = None
     memory: dict | None = None
+    repeat: int = 1                 # which fresh process of the cell this is (1 .. config repeats)
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION
 
@@ -107,22 +109,28 @@ class CellResult:
         error, params, memory = self.error or {}, self.params or {}, self.memory or {}
         loss, numerics = self.loss or {}, self.numerics or {}
         return {
-            "cell_id": self.cell_id, "suite": spec["suite"], "profile": spec.get("profile"), "model": spec["model"],
-            "task": spec["task"],
+            "cell_id": self.cell_id, "repeat": self.repeat, "suite": spec["suite"], "profile": spec.get("profile"),
+            "model": spec["model"], "task": spec["task"],
             "batch_size": spec["batch_size"], "precision": spec["precision"], "framework": spec["framework"],
             "status": self.status, "error_type": error.get("type"), "error_message": error.get("message"),
             "text": self.text(),
             **{k: timing.get(k) for k in ("n", "mean_ms", "median_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms",
                                           "first_step_ms", "window_ms", "examples_per_s", "tokens_per_s")},
+            "step_ms": timing.get("step_ms"),
+            "generated_tokens_per_step": timing.get("generated_tokens_per_step"),
             "loss_first": loss.get("first_timed_step"), "loss_last": loss.get("last_timed_step"),
             "weights_dtype": numerics.get("weights_dtype"), "compute_dtype": numerics.get("compute_dtype"),
+            "probe_class": (numerics.get("probe") or {}).get("observed_class"),
             "params_total": params.get("total"), "params_trainable": params.get("trainable"),
             "peak_host_rss_mib": _mib(memory.get("peak_host_rss_bytes")),
             "peak_device_mib": _mib(memory.get("peak_device_bytes")),
+            "nvml_used_mib": _mib(memory.get("nvml_used_bytes_after_steps")),
             "device": prov.get("device"), "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
             "environment_lock_sha256": (prov.get("environment") or {}).get("lock_sha256"),
             "packages": ", ".join(f"{k}=={v}" for k, v in sorted((prov.get("packages") or {}).items())),
             "spec_digest": self.spec_digest,
+            # what derived figures (FLOPs) are computed from; not written to the CSVs
+            "arch": spec["arch"], "inputs": spec["inputs"], "task_options": spec["task_options"],
         }
 
 
@@ -130,8 +138,9 @@ def _mib(n: int | None) -> float | None:
     return None if n is None else round(n / 2**20, 1)
 
 
-def new_result(spec: dict, context: dict, status: str, error: dict | None = None) -> CellResult:
-    return CellResult(cell_id=spec["cell_id"], status=status, spec=spec, provenance=dict(context), error=error)
+def new_result(spec: dict, context: dict, status: str, error: dict | None = None, repeat: int = 1) -> CellResult:
+    return CellResult(cell_id=spec["cell_id"], status=status, spec=spec, provenance=dict(context), error=error,
+                      repeat=repeat)
 
 
 def read(path: str | os.PathLike) -> CellResult:

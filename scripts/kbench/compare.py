@@ -1,5 +1,6 @@
 """Two runs side by side (archives or results directories): per cell old and new ms/step, % change, the packages and
-images that changed, and whether the change is inside the run-to-run noise.
+images that changed, and whether the change is significant (Welch's t-test over both sides' repeats; with one repeat
+a side, a noise band that is not a test).
 
     python scripts/archive.py compare OLD NEW [--suite S] [--noise-floor PCT] [--out diff.csv]
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell
+from kbench import cell, stats
 from kbench.archive import Run
 
 # Changes smaller than this floor (or than twice the two runs' combined standard error) are marked as noise. One run
@@ -23,12 +24,17 @@ NOISE_FLOOR_PCT = 10.0
 
 
 def compare(old: Run, new: Run, noise_floor_pct: float = NOISE_FLOOR_PCT) -> pd.DataFrame:
+    """Per cell: old and new ms/step (median of each side's repeats), % change, and a verdict. With 2 or more repeats
+    on both sides the verdict is Welch's t-test on the repeat means ("significant: faster/slower" at p < 0.05,
+    else "no significant change"); with one repeat on a side it falls back to the noise band ("faster"/"slower" or
+    "within noise (±N%)", not a test: rerun with repeats to know)."""
     old_cells, new_cells = old.cells(), new.cells()
     rows = []
     for cell_id in list(dict.fromkeys([*old_cells, *new_cells])):
         a, b = old_cells.get(cell_id), new_cells.get(cell_id)
-        row = {"cell": cell_id, "old ms": ms(a), "new ms": ms(b), "change %": None, "verdict": "",
-               "packages changed": package_changes(a, b), "image changed": image_change(a, b)}
+        row = {"cell": cell_id, "old ms": ms(a), "new ms": ms(b), "repeats": repeats(a, b), "change %": None,
+               "verdict": "", "significant": "", "packages changed": package_changes(a, b),
+               "image changed": image_change(a, b)}
         if a is None or b is None:
             row["verdict"] = "only in new" if a is None else "only in old"
         elif a == b:
@@ -37,22 +43,34 @@ def compare(old: Run, new: Run, noise_floor_pct: float = NOISE_FLOOR_PCT) -> pd.
             row["verdict"] = f"old {status(a)}, new {status(b)}"
         else:
             change = (row["new ms"] / row["old ms"] - 1) * 100
-            band = noise_band_pct(a, b, noise_floor_pct)
             row["change %"] = round(change, 1)
-            row["verdict"] = (f"within noise (±{band:.0f}%)" if abs(change) <= band
-                              else "slower" if change > 0 else "faster")
+            direction = "slower" if change > 0 else "faster"
+            if len(a) >= 2 and len(b) >= 2:
+                p = stats.welch_p([r.mean_ms for r in a], [r.mean_ms for r in b])
+                row["significant"] = f"yes (Welch p={p:.3f})" if p < stats.SIGNIFICANCE else f"no (Welch p={p:.3f})"
+                row["verdict"] = direction if p < stats.SIGNIFICANCE else "no significant change"
+            else:
+                band = noise_band_pct(a[0], b[0], noise_floor_pct)
+                row["significant"] = "untested (1 repeat)"
+                row["verdict"] = f"within noise (±{band:.0f}%)" if abs(change) <= band else direction
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def ms(result: cell.CellResult | None) -> float | None:
-    return round(result.mean_ms, 2) if result and result.mean_ms is not None else None
+def ms(repeats: list[cell.CellResult] | None) -> float | None:
+    """The side's ms/step: the median of its repeats' means, when every repeat is ok."""
+    if not repeats or any(r.mean_ms is None for r in repeats):
+        return None
+    return round(statistics.median(r.mean_ms for r in repeats), 2)
 
 
-def status(result: cell.CellResult) -> str:
-    if result.status == "ok":
-        return "ok"
-    return f"{result.status}: {(result.error or {}).get('type')}"
+def repeats(a: list | None, b: list | None) -> str:
+    return f"{len(a) if a else 0} / {len(b) if b else 0}"
+
+
+def status(repeats: list[cell.CellResult]) -> str:
+    bad = [r for r in repeats if r.status != "ok"]
+    return "ok" if not bad else f"{bad[0].status}: {(bad[0].error or {}).get('type')}"
 
 
 def noise_band_pct(a: cell.CellResult, b: cell.CellResult, floor: float) -> float:
@@ -66,18 +84,18 @@ def noise_band_pct(a: cell.CellResult, b: cell.CellResult, floor: float) -> floa
     return max(floor, 200 * math.hypot(se(a.timing), se(b.timing)) / a.timing["mean_ms"])
 
 
-def package_changes(a: cell.CellResult | None, b: cell.CellResult | None) -> str:
+def package_changes(a: list[cell.CellResult] | None, b: list[cell.CellResult] | None) -> str:
     if a is None or b is None:
         return ""
-    old, new = a.provenance.get("packages") or {}, b.provenance.get("packages") or {}
+    old, new = a[0].provenance.get("packages") or {}, b[0].provenance.get("packages") or {}
     return ", ".join(f"{name} {old.get(name, '-')} -> {new.get(name, '-')}" for name in sorted({*old, *new})
                      if old.get(name) != new.get(name))
 
 
-def image_change(a: cell.CellResult | None, b: cell.CellResult | None) -> str:
+def image_change(a: list[cell.CellResult] | None, b: list[cell.CellResult] | None) -> str:
     if a is None or b is None:
         return ""
-    old, new = [(r.provenance.get("environment") or {}).get("id") for r in (a, b)]
+    old, new = [(r[0].provenance.get("environment") or {}).get("id") for r in (a, b)]
     return "" if old == new else f"{str(old)[:19]} -> {str(new)[:19]}"
 
 

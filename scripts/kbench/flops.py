@@ -415,6 +415,10 @@ def breakdown(spec: dict) -> dict[str, int]:
     return tally.result()
 
 
+def known(model: str, task: str) -> bool:
+    return (model, task) in _STEPS
+
+
 def per_step(spec: dict) -> int:
     """FLOPs of one benchmark step of the cell: its batch, its task (see the module docstring for the convention)."""
     return sum(breakdown(spec).values())

@@ -84,10 +84,10 @@ def git_commit() -> str:
 
 
 def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
-             timeout_s: float | None = None) -> cell.CellResult:
+             timeout_s: float | None = None, repeat: int = 1) -> cell.CellResult:
     out, log = Path(out), Path(log)
     environment = records.read(environment_record)
-    context = {"runtime": runtime, "environment": environment, "git_commit": git_commit()}
+    context = {"runtime": runtime, "environment": environment, "git_commit": git_commit(), "repeat": repeat}
     name = f"kbench-{uuid.uuid4().hex[:12]}"
     gpu = preflight.is_gpu(spec["accelerator"])
     argv = command(runtime, environment, out, gpu=gpu, name=name)
@@ -99,7 +99,7 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
     if problems:
         failure = cell.error_info("PreflightFailed", "; ".join(problems))
         log.write_text("\n".join(problems) + "\n")
-        cell.new_result(spec, context, "failed", failure).write(out)
+        cell.new_result(spec, context, "failed", failure, repeat).write(out)
         return cell.read(out)
     payload = json.dumps({"spec": spec, "context": context})
     with open(log, "w") as log_file:
@@ -115,7 +115,7 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
     if failure or not out.exists():
         failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
         failure["detail"] = log.read_text()[-4000:]
-        cell.new_result(spec, context, "failed", failure).write(out)
+        cell.new_result(spec, context, "failed", failure, repeat).write(out)
     return cell.read(out)
 
 

@@ -134,6 +134,11 @@ def cells(config: dict, suite: str | None = None) -> list[Cell]:
     return [dataclasses.replace(c, profile=profile) for profile in config["profiles"] for c in found]
 
 
+def repeats(config: dict, suite: str) -> int:
+    """How many fresh processes run each cell: config `repeats`, else the suite's own."""
+    return config["repeats"] or config["suites"][suite]["repeats"]
+
+
 def stack_of(config: dict, framework: str) -> str:
     return config["framework_defs"][framework]["stack"]
 

@@ -1,7 +1,8 @@
-"""cells_long.csv of one suite -> the charts a person would rather look at than read, each as PNG and SVG.
+"""cells_summary.csv of one profile of a suite -> the charts a person would rather look at than read, PNG and SVG.
 
-ms_per_step : one panel per model/task/batch/precision, a bar per framework (mean ms/step, lower is better), as the
-              published benchmark's charts; failed and n/a cells are named on their empty slot
+ms_per_step : one panel per model/task/batch/precision, a bar per framework (ms/step estimate, lower is better) with
+              its 95% interval as an error bar, as the published benchmark's charts; failed and n/a cells are named
+              on their empty slot
 speedup     : the best Keras 3 backend's speedup over each framework per row, in % (the speedup table), rows whose
               parameter counts differ marked
 first_step  : the excluded first step per row and framework (compile, autotuning, first allocation), log scale
@@ -37,16 +38,25 @@ def _panels(n: int):
     return fig, list(axes.flat)
 
 
-def bars_per_row(long: pd.DataFrame, frameworks: list[str], value: str, ylabel: str, log: bool = False):
-    """One panel per table row, one bar per framework; a cell without a value gets its status written in."""
-    rows = list(long.groupby(tables.ROW_KEYS, sort=False))
-    parity = tables.parity_flags(long)
+def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabel: str, log: bool = False,
+                 interval: bool = False):
+    """One panel per table row, one bar per framework; a cell without a value gets its status written in.
+    interval: error bars from the cell's 95% interval (ci_low_ms .. ci_high_ms)."""
+    rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
+    parity = tables.parity_flags(summary)
     fig, axes = _panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
         by_framework = group.set_index("framework")
         present = [f for f in frameworks if f in by_framework.index]
-        heights = [by_framework.at[f, value] if by_framework.at[f, "status"] == "ok" else 0.0 for f in present]
-        ax.bar(range(len(present)), heights, color=[f"C{frameworks.index(f)}" for f in present])
+        ok = [by_framework.at[f, "status"] == "ok" for f in present]
+        heights = [by_framework.at[f, value] if good else 0.0 for f, good in zip(present, ok)]
+        errors = None
+        if interval:
+            errors = [[h - by_framework.at[f, "ci_low_ms"] if good else 0 for f, h, good in zip(present, heights, ok)],
+                      [by_framework.at[f, "ci_high_ms"] - h if good else 0 for f, h, good in zip(present, heights,
+                                                                                                  ok)]]
+        ax.bar(range(len(present)), heights, color=[f"C{frameworks.index(f)}" for f in present], yerr=errors,
+               capsize=3)
         for i, f in enumerate(present):
             if by_framework.at[f, "status"] != "ok":
                 text = "n/a" if by_framework.at[f, "status"] == "unsupported" else "failed"
@@ -62,31 +72,38 @@ def bars_per_row(long: pd.DataFrame, frameworks: list[str], value: str, ylabel: 
     return fig
 
 
-def speedup_chart(long: pd.DataFrame, frameworks: list[str], keras3: list[str]):
-    table = tables.speedup_table(long, frameworks, keras3)
-    columns = [c for c in table.columns if c.startswith("vs ")]
+def speedup_chart(summary: pd.DataFrame, frameworks: list[str], keras3: list[str]):
+    """Bars of other/best - 1 per row; a column whose interval overlaps the best's is drawn hatched and pale (a tie:
+    its bar is no finding)."""
+    table = tables.speedup_table(summary, frameworks, keras3)
+    columns = [c for c in table.columns if c.startswith("vs ") and c.endswith(" %")]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(table)), 4.5))
     width = 0.8 / max(len(columns), 1)
     for i, column in enumerate(columns):
-        ax.bar([x + i * width for x in range(len(table))], table[column].fillna(0), width,
-               label=column.removeprefix("vs ").removesuffix(" %"))
+        ties = table[column.removesuffix(" %")] == tables.TIE
+        bars = ax.bar([x + i * width for x in range(len(table))], table[column].fillna(0), width,
+                      label=column.removeprefix("vs ").removesuffix(" %"), color=f"C{i}")
+        for bar, tie in zip(bars, ties):
+            if tie:
+                bar.set_hatch("//")
+                bar.set_alpha(0.35)
     labels = [row_label(*k) + ("\n(params differ)" if flag else "") for k, flag in zip(table.index,
                                                                                        table["params_parity"])]
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(table))], labels, fontsize=7, rotation=30, ha="right")
     ax.axhline(0, color="black", linewidth=0.5)
-    ax.set_ylabel("best Keras 3 of the row faster by, % (other / best - 1)", fontsize=8)
+    ax.set_ylabel("best Keras 3 of the row faster by, % (other / best - 1); hatched: tie", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def build(cells_long: Path, frameworks: list[str], keras3: list[str], out_dir: Path) -> list[Path]:
+def build(cells_summary: Path, frameworks: list[str], keras3: list[str], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    long = pd.read_csv(cells_long)
+    summary = pd.read_csv(cells_summary)
     figures = {
-        "ms_per_step": bars_per_row(long, frameworks, "mean_ms", "ms/step"),
-        "speedup": speedup_chart(long, frameworks, keras3),
-        "first_step": bars_per_row(long, frameworks, "first_step_ms", "first step, ms (log)", log=True),
+        "ms_per_step": bars_per_row(summary, frameworks, "estimate_ms", "ms/step (95% interval)", interval=True),
+        "speedup": speedup_chart(summary, frameworks, keras3),
+        "first_step": bars_per_row(summary, frameworks, "first_step_ms", "first step, ms (log)", log=True),
     }
     written = []
     for name, fig in figures.items():
@@ -104,9 +121,9 @@ def main(argv=None) -> int:
     parser.add_argument("--frameworks", required=True)
     parser.add_argument("--keras3", required=True)
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("cells_long", type=Path)
+    parser.add_argument("cells_summary", type=Path)
     args = parser.parse_args(argv)
-    build(args.cells_long, tables.comma_list(args.frameworks), tables.comma_list(args.keras3), args.out)
+    build(args.cells_summary, tables.comma_list(args.frameworks), tables.comma_list(args.keras3), args.out)
     return 0
 
 

@@ -112,6 +112,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
                                  sync=backend.sync_name, memory_policy=backend.memory_policy,
                                  packages=backend.package_versions())
     result.provenance["finished_utc"] = cell.utc_now()
+    result.repeat = int(context.get("repeat", 1))
     return result
 
 

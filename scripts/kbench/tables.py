@@ -1,17 +1,26 @@
 """Cell JSONs of one profile of a suite -> the final tables (CSV, Markdown, HTML).
 
-ms_per_step : rows model/task/batch/precision, one column per framework, mean ms/step (the anchor's statistic), or
-              "failed: <error type>", "n/a: <reason>" (configured) or "unsupported: <reason>" (the adapter's); in a
-              profile that reproduces the anchor, the departures no profile can keep that apply to the row
-speedup     : how much faster the best Keras 3 backend (the lowest of the row, selected per row) is than each column,
-              in %, as the anchor: other/best - 1, with the parity flag
+A cell runs `repeats` times (fresh processes); its number is the median of the repeats' means with a 95% interval
+(kbench.stats). Tables read the per-cell summary; cells_long keeps every repeat.
+
+ms_per_step : rows model/task/batch/precision, one column per framework: ms/step "estimate ± half-width" (Markdown,
+              HTML; the CSV has the estimate and `<framework> low` / `<framework> high`), or "failed: <error type>",
+              "n/a: <reason>" (configured) or "unsupported: <reason>" (the adapter's); in a profile that reproduces
+              the anchor, the departures no profile can keep that apply to the row
+speedup     : per row the best Keras 3 backend (the lowest estimate of the row, selected per row), and against each
+              column other/best - 1 in % where the two intervals separate, "tie (within CI)" where they overlap
 params      : parameter counts per framework (total, and trainable where it differs), and a parity flag where two
               frameworks' counts for the same row differ by more than PARITY_TOLERANCE: those times compare
-              different models (ms_per_step carries the flag too)
+              different models (ms_per_step and speedup carry the flag too)
 precision   : the mixed-precision study, per model/task: one row per framework, one column per precision (ms/step)
 precision_speedup : per model/task and framework, baseline ms / ms at each other precision (x, above 1 is faster),
-              beside the speedup usually claimed for that model/task
-cells_long  : every statistic and provenance field of every cell, one row per cell (losses of fit cells included)
+              whether the two intervals separate, beside the speedup usually claimed for that model/task
+throughput  : per cell examples/s, generated tokens/s, model FLOPs per step (kbench.flops), achieved TFLOP/s, and on
+              a GPU of kbench.peaks the peak of the arithmetic the cell ran and the MFU
+memory      : per cell peak device memory (the framework's allocator; NVML's device memory in use after the steps,
+              the driver's view) and peak host RSS, the largest over the repeats
+cells_summary : the per-cell summary every table reads (estimate, interval, repeats, throughput, memory, ...)
+cells_long  : every statistic and provenance field of every repeat of every cell, one row each
 """
 from __future__ import annotations
 
@@ -22,42 +31,116 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell, departures
+from kbench import cell, departures, flops, peaks, stats
 from kbench.precision import label as precision_table_label
 
 ROW_KEYS = ["model", "task", "batch_size", "precision"]
 STUDY_KEYS = ["model", "task", "batch_size"]
 PARITY_TOLERANCE = 0.01
-# The tables build() writes, each as CSV, Markdown and HTML, and the long table (CSV only): the rules' outputs.
-TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup")
+# The tables build() writes, each as CSV, Markdown and HTML, and the two long tables (CSV only): the rules' outputs.
+TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory")
 FORMATS = ("csv", "md", "html")
-OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_long.csv"]
+OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv"]
+UNREPRODUCED = "anchor settings not reproduced"
+BEST = "best Keras 3 (lowest of the row)"
+TIE = "tie (within CI)"
+ONE_RUN = "*"          # marks an interval from one repeat's steps (within-run only)
 
 
 def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
-    """One row per cell (CellResult.row), in the order given: the config's order of models, tasks and batches."""
+    """One row per repeat of each cell (CellResult.row), in the order given: the config's order of cells."""
     return pd.DataFrame([result.row() for result in results])
 
 
-UNREPRODUCED = "anchor settings not reproduced"
+# ---------------------------------------------------------------- one row per cell
+
+def summary_table(long: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: its repeats reduced to an estimate, a 95% interval and the figures derived from them."""
+    rows = [summarize_cell(group) for _, group in long.groupby("cell_id", sort=False)]
+    return pd.DataFrame(rows)
 
 
-def ms_per_step_table(long: pd.DataFrame, frameworks: list[str], unreproduced: list[dict] = ()) -> pd.DataFrame:
-    wide = long.pivot(index=ROW_KEYS, columns="framework", values="text")
-    rows = pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates())
-    columns = [f for f in frameworks if f in wide.columns]
-    table = wide.reindex(index=rows, columns=columns).fillna("")
-    table["params_parity"] = parity_flags(long).reindex(rows).fillna("")
+# What an ok cell's summary adds (empty for a cell that is not ok).
+MEASURED = ("estimate_ms", "ci_low_ms", "ci_high_ms", "ci_method", "first_step_ms", "examples_per_s", "tokens_per_s",
+            "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu", "peak_device_mib", "nvml_used_mib",
+            "peak_host_rss_mib")
+
+
+def summarize_cell(repeats: pd.DataFrame) -> dict:
+    first = repeats.iloc[0]
+    ok = repeats[repeats.status == "ok"]
+    row = {k: first[k] for k in ("cell_id", "suite", "profile", *ROW_KEYS, "framework", "params_total",
+                                 "params_trainable", "device", "runtime", "compute_dtype", "weights_dtype")}
+    row.update(dict.fromkeys(MEASURED), repeats=len(repeats), repeats_ok=len(ok))
+    if len(ok) < len(repeats):              # a cell is ok only if every repeat is: the worst repeat speaks for it
+        bad = repeats[repeats.status != "ok"].iloc[0]
+        row.update(status=bad.status, text=bad.text + (f" ({len(repeats) - len(ok)} of {len(repeats)} repeats)"
+                                                       if len(repeats) > 1 else ""))
+        return row
+    estimate = stats.estimate(list(ok.mean_ms), list(ok.step_ms))
+    spec_like = {"model": first.model, "task": first.task, "batch_size": first.batch_size, "arch": first.arch,
+                 "inputs": first.inputs, "task_options": first.task_options}
+    flop_count = flops.per_step(spec_like) if flops.known(first.model, first.task) else None
+    per_second = 1e3 / estimate.ms
+    arithmetic = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0])
+    peak = peaks.peak_tflops(first.device, arithmetic)
+    tflops = flop_count * per_second / 1e12 if flop_count else None
+    row.update(
+        status="ok", text=f"{estimate.ms:.2f} ± {estimate.half_width:.2f}" + (ONE_RUN if estimate.method == "steps"
+                                                                               else ""),
+        estimate_ms=estimate.ms, ci_low_ms=estimate.low, ci_high_ms=estimate.high, ci_method=estimate.method,
+        first_step_ms=ok.first_step_ms.median(), examples_per_s=first.batch_size * per_second,
+        tokens_per_s=(ok.generated_tokens_per_step.iloc[0] * per_second
+                      if pd.notna(ok.generated_tokens_per_step.iloc[0]) else None),
+        flops_per_step=flop_count, tflops_per_s=tflops, arithmetic=arithmetic, peak_tflops=peak,
+        mfu=tflops / peak if tflops and peak else None,
+        peak_device_mib=ok.peak_device_mib.max(), nvml_used_mib=ok.nvml_used_mib.max(),
+        peak_host_rss_mib=ok.peak_host_rss_mib.max())
+    return row
+
+
+def estimates(summary: pd.DataFrame, row) -> dict[str, stats.Estimate]:
+    """framework -> Estimate, for the ok cells of one table row."""
+    return {r.framework: stats.Estimate(r.estimate_ms, r.ci_low_ms, r.ci_high_ms, r.repeats, r.ci_method)
+            for r in row.itertuples() if r.status == "ok"}
+
+
+# ---------------------------------------------------------------- the tables
+
+def _rows(summary: pd.DataFrame, keys=ROW_KEYS) -> pd.MultiIndex:
+    return pd.MultiIndex.from_frame(summary[keys].drop_duplicates())
+
+
+def _wide(summary: pd.DataFrame, values: str, frameworks: list[str]) -> pd.DataFrame:
+    wide = summary.pivot(index=ROW_KEYS, columns="framework", values=values)
+    return wide.reindex(index=_rows(summary), columns=[f for f in frameworks if f in wide.columns])
+
+
+def ms_per_step_table(summary: pd.DataFrame, frameworks: list[str], unreproduced: list[dict] = (),
+                      readable: bool = False) -> pd.DataFrame:
+    """readable: "estimate ± half-width" per cell (Markdown, HTML); else the estimate and its interval's bounds."""
+    text = _wide(summary, "text", frameworks).fillna("")
+    if readable:
+        table = text
+    else:
+        estimate, low, high = (_wide(summary, c, frameworks).round(3) for c in ("estimate_ms", "ci_low_ms",
+                                                                                  "ci_high_ms"))
+        table = pd.DataFrame(index=text.index)
+        for framework in text.columns:
+            table[framework] = estimate[framework].astype(object).where(estimate[framework].notna(), text[framework])
+            table[f"{framework} low"], table[f"{framework} high"] = low[framework], high[framework]
+    table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
     if unreproduced:
+        columns = [f for f in frameworks if f in summary.framework.values]
         table[UNREPRODUCED] = [", ".join(departures.applying(list(unreproduced), model, task, columns))
                                for model, task, _, _ in table.index]
     return table
 
 
-def parity_flags(long: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> pd.Series:
+def parity_flags(summary: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> pd.Series:
     """Per row: "" when every framework's parameter counts agree within tolerance, else what differs and by how
     much ("total +1.5%, trainable +112%"), relative max/min - 1 over the frameworks that recorded counts."""
-    counted = long.dropna(subset=["params_total"])
+    counted = summary.dropna(subset=["params_total"])
 
     def flag(group: pd.DataFrame) -> str:
         found = []
@@ -72,51 +155,61 @@ def parity_flags(long: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> pd.
     return counted.groupby(ROW_KEYS, sort=False).apply(flag, include_groups=False)
 
 
-def params_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
+def params_table(summary: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     """Parameter counts as "total" or "total (trainable)" per framework, and the parity flag."""
     def text(row) -> str:
         if pd.isna(row.params_total):
             return ""
         total, trainable = int(row.params_total), int(row.params_trainable)
         return f"{total:,}" if trainable == total else f"{total:,} ({trainable:,} trainable)"
-    wide = long.assign(value=long.apply(text, axis=1)).pivot(index=ROW_KEYS, columns="framework", values="value")
-    rows = pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates())
+    wide = summary.assign(value=summary.apply(text, axis=1)).pivot(index=ROW_KEYS, columns="framework",
+                                                                   values="value")
+    rows = _rows(summary)
     table = wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
-    table["params_parity"] = parity_flags(long).reindex(rows).fillna("")
+    table["params_parity"] = parity_flags(summary).reindex(rows).fillna("")
     return table
 
 
-BEST = "best Keras 3 (lowest of the row)"
-
-
-def speedup_table(long: pd.DataFrame, frameworks: list[str], keras3: list[str]) -> pd.DataFrame:
-    """The best Keras 3 backend is selected per row, as the anchor did: the row's lowest Keras 3 ms/step. Where the
-    parity flag is set the columns ran different models, and their ratio says little."""
-    ok = long[long.status == "ok"].pivot(index=ROW_KEYS, columns="framework", values="mean_ms")
-    rows = ok.reindex(index=pd.MultiIndex.from_frame(long[ROW_KEYS].drop_duplicates()))
-    candidates = rows.reindex(columns=[f for f in keras3 if f in rows.columns])
-    table = pd.DataFrame(index=rows.index)
-    timed = candidates[candidates.notna().any(axis=1)]      # a row whose Keras 3 cells all failed has no best
-    table[BEST] = timed.idxmin(axis=1).reindex(rows.index) if not timed.empty else None
-    best_ms = candidates.min(axis=1, skipna=True)
-    table["best Keras 3 ms"] = best_ms.round(2)
+def speedup_table(summary: pd.DataFrame, frameworks: list[str], keras3: list[str]) -> pd.DataFrame:
+    """The best Keras 3 backend is selected per row, as the anchor did: the row's lowest Keras 3 estimate; a Keras 3
+    backend whose interval overlaps the best's is named as tied with it. Against each column: other/best - 1 in %
+    (the CSV always has it), and the verdict: that % only where the two intervals separate."""
+    table = pd.DataFrame(index=_rows(summary))
+    best_names, best_ms, numbers, verdicts = [], [], {f: [] for f in frameworks}, {f: [] for f in frameworks}
+    for key in table.index:
+        found = estimates(summary, summary.set_index(ROW_KEYS).loc[[key]].reset_index())
+        candidates = {f: e for f, e in found.items() if f in keras3}
+        best = min(candidates, key=lambda f: candidates[f].ms) if candidates else None
+        tied = [f for f in candidates if f != best and not stats.separate(candidates[f], candidates[best])]
+        best_names.append(None if best is None else best + (f" (tie: {', '.join(tied)})" if tied else ""))
+        best_ms.append(None if best is None else round(candidates[best].ms, 2))
+        for framework in frameworks:
+            if best is None or framework not in found:
+                numbers[framework].append(None)
+                verdicts[framework].append("")
+                continue
+            percent = round((found[framework].ms / candidates[best].ms - 1) * 100)
+            numbers[framework].append(percent)
+            verdicts[framework].append("best" if framework == best else f"{percent:+d}%"
+                                       if stats.separate(found[framework], candidates[best]) else TIE)
+    table[BEST], table["best Keras 3 ms"] = best_names, best_ms
     for framework in frameworks:
-        if framework in rows.columns:
-            table[f"vs {framework} %"] = ((rows[framework] / best_ms - 1) * 100).round(0)
-    table["params_parity"] = parity_flags(long).reindex(rows.index).fillna("")
+        if framework in summary.framework.values:
+            table[f"vs {framework}"], table[f"vs {framework} %"] = verdicts[framework], numbers[framework]
+    table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
     return table
 
 
-def study_cells(long: pd.DataFrame, baseline: str) -> pd.DataFrame:
+def study_cells(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """The cells of every model/task/batch that ran the baseline precision and at least one other."""
     def in_study(group: pd.DataFrame) -> bool:
         return baseline in set(group.precision) and group.precision.nunique() > 1
-    return long.groupby(STUDY_KEYS, sort=False).filter(in_study)
+    return summary.groupby(STUDY_KEYS, sort=False).filter(in_study)
 
 
-def precision_table(long: pd.DataFrame, frameworks: list[str], baseline: str) -> pd.DataFrame:
-    """Rows model/task/batch/framework, one column per precision (baseline first): mean ms/step or the cell's status."""
-    study = study_cells(long, baseline)
+def precision_table(summary: pd.DataFrame, frameworks: list[str], baseline: str) -> pd.DataFrame:
+    """Rows model/task/batch/framework, one column per precision (baseline first): ms/step or the cell's status."""
+    study = study_cells(summary, baseline)
     keys = STUDY_KEYS + ["framework"]
     if study.empty:
         return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
@@ -125,24 +218,52 @@ def precision_table(long: pd.DataFrame, frameworks: list[str], baseline: str) ->
     return wide.reindex(index=_study_rows(study, frameworks), columns=precisions).fillna("")
 
 
-def precision_speedup_table(long: pd.DataFrame, frameworks: list[str], baseline: str,
+def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseline: str,
                             claims: list[dict]) -> pd.DataFrame:
     """Rows model/task/batch/framework: baseline ms / ms of each other precision (x; above 1 is faster), from cells
-    that are ok at both precisions, beside the claimed speedup for the model/task."""
-    study = study_cells(long, baseline)
+    that are ok at both precisions, whether their intervals separate, beside the claimed speedup."""
+    study = study_cells(summary, baseline)
     keys = STUDY_KEYS + ["framework"]
     if study.empty:
         return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
-    ms = study[study.status == "ok"].pivot(index=keys, columns="precision", values="mean_ms")
-    ms = ms.reindex(index=_study_rows(study, frameworks))
-    table = pd.DataFrame(index=ms.index)
-    for precision in [p for p in study.precision.unique() if p != baseline]:
-        table[f"{precision_table_label(baseline)} / {precision_table_label(precision)} x"] = (ms.get(baseline) / ms.get(precision)).round(2)
+    ok = study[study.status == "ok"].set_index(keys + ["precision"])
+    table = pd.DataFrame(index=_study_rows(study, frameworks))
+    for name in [p for p in study.precision.unique() if p != baseline]:
+        ratios, verdicts = [], []
+        for key in table.index:
+            a, b = (ok.loc[key + (p,)] if key + (p,) in ok.index else None for p in (baseline, name))
+            if a is None or b is None:
+                ratios.append(None)
+                verdicts.append("")
+                continue
+            ratios.append(round(a.estimate_ms / b.estimate_ms, 2))
+            separate = stats.separate(*(stats.Estimate(r.estimate_ms, r.ci_low_ms, r.ci_high_ms, r.repeats,
+                                                       r.ci_method) for r in (a, b)))
+            verdicts.append("different" if separate else TIE)
+        label = f"{precision_table_label(baseline)} / {precision_table_label(name)}"
+        table[f"{label} x"], table[f"{label} verdict"] = ratios, verdicts
     claimed = {(c["model"], c["task"]): c for c in claims}
     found = [claimed.get((model, task), {}) for model, task, _, _ in table.index]
     table["claimed x"] = [c.get("speedup") for c in found]
     table["claim"] = [c.get("quote", "") for c in found]
     return table
+
+
+def throughput_table(summary: pd.DataFrame) -> pd.DataFrame:
+    ok = summary[summary.status == "ok"]
+    table = ok.set_index(ROW_KEYS + ["framework"])[
+        ["examples_per_s", "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu"]]
+    table = table.assign(flops_per_step=table.flops_per_step.map(lambda f: f"{f:.4g}" if pd.notna(f) else None),
+                         mfu=(table.mfu * 100).round(2))
+    return table.rename(columns={"mfu": "MFU %"}).round({"examples_per_s": 2, "tokens_per_s": 1,
+                                                          "tflops_per_s": 4})
+
+
+def memory_table(summary: pd.DataFrame) -> pd.DataFrame:
+    ok = summary[summary.status == "ok"]
+    return ok.set_index(ROW_KEYS + ["framework"])[["peak_device_mib", "nvml_used_mib", "peak_host_rss_mib"]].rename(
+        columns={"peak_device_mib": "peak device MiB (framework)", "nvml_used_mib": "device MiB in use (NVML)",
+                 "peak_host_rss_mib": "peak host RSS MiB"})
 
 
 def _study_rows(study: pd.DataFrame, frameworks: list[str]) -> pd.MultiIndex:
@@ -152,6 +273,8 @@ def _study_rows(study: pd.DataFrame, frameworks: list[str]) -> pd.MultiIndex:
     return pd.MultiIndex.from_tuples([(*row, f) for row in rows for f in frameworks if f in present],
                                      names=STUDY_KEYS + ["framework"])
 
+
+# ---------------------------------------------------------------- files
 
 def sections_markdown(table: pd.DataFrame) -> str:
     """One Markdown table per model/task/batch, frameworks as rows (the study's reading order)."""
@@ -168,26 +291,42 @@ def markdown(table: pd.DataFrame) -> str:
     return flat.astype(object).where(flat.notna(), "").to_markdown(index=False) + "\n"
 
 
-def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_section: bool = False) -> None:
-    """CSV for programs, Markdown for reading, HTML for the Snakemake report; the profile heads the readable ones."""
+NOTE = (f"\nms/step: median of the repeats' means ± the half-width of its 95% interval (Student's t over the "
+        f"repeats; {ONE_RUN}: one repeat, an interval from its steps, within-run only). Columns whose intervals "
+        "overlap are a tie.\n")
+
+
+def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_section: bool = False,
+          readable: pd.DataFrame | None = None, note: str = "") -> None:
+    """CSV for programs, Markdown for reading, HTML for the Snakemake report (from `readable` where given); the
+    profile heads the readable ones."""
     table.to_csv(out_dir / f"{name}.csv")
-    text = sections_markdown(table) if by_section else markdown(table)
-    (out_dir / f"{name}.md").write_text(f"## {name}, profile {profile}\n\n{text}")
+    shown = table if readable is None else readable
+    text = sections_markdown(shown) if by_section else markdown(shown)
+    (out_dir / f"{name}.md").write_text(f"## {name}, profile {profile}\n\n{text}{note}")
     (out_dir / f"{name}.html").write_text(f"<html><body><h2>{name}, profile {profile}</h2>\n"
-                                          + table.to_html(na_rep="", border=0) + "\n</body></html>\n")
+                                          + shown.to_html(na_rep="", border=0) + f"\n<p>{note}</p>\n</body></html>\n")
 
 
 def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
           profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = long_table(results)
-    long.to_csv(out_dir / "cells_long.csv", index=False)
-    write(ms_per_step_table(long, frameworks, unreproduced), out_dir, "ms_per_step", profile)
-    write(speedup_table(long, frameworks, keras3), out_dir, "speedup", profile)
-    write(params_table(long, frameworks), out_dir, "params", profile)
-    write(precision_table(long, frameworks, baseline), out_dir, "precision", profile, by_section=True)
-    write(precision_speedup_table(long, frameworks, baseline, list(claims)), out_dir, "precision_speedup", profile,
-          by_section=True)
+    long.drop(columns=["step_ms", "arch", "inputs", "task_options"]).to_csv(out_dir / "cells_long.csv", index=False)
+    summary = summary_table(long)
+    summary.to_csv(out_dir / "cells_summary.csv", index=False)
+    write(ms_per_step_table(summary, frameworks, unreproduced), out_dir, "ms_per_step", profile,
+          readable=ms_per_step_table(summary, frameworks, unreproduced, readable=True), note=NOTE)
+    write(speedup_table(summary, frameworks, keras3), out_dir, "speedup", profile, note=NOTE)
+    write(params_table(summary, frameworks), out_dir, "params", profile)
+    write(precision_table(summary, frameworks, baseline), out_dir, "precision", profile, by_section=True)
+    write(precision_speedup_table(summary, frameworks, baseline, list(claims)), out_dir, "precision_speedup",
+          profile, by_section=True)
+    write(throughput_table(summary), out_dir, "throughput", profile,
+          note="\nFLOPs: model FLOPs per step (kbench.flops: 2 x multiply-accumulates of matrix products, "
+               "convolutions and attention); MFU: achieved / the device's dense peak for the arithmetic the cell "
+               "ran (kbench.peaks), GPUs only.\n")
+    write(memory_table(summary), out_dir, "memory", profile)
 
 
 def comma_list(text: str) -> list[str]:
