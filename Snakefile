@@ -1,8 +1,22 @@
-# Keras 3 multi-backend benchmark: one process per cell (model x task x batch x framework), one JSON per cell,
-# tables per suite. Cells and their n/a reasons come from config.yaml via rules/common.smk.
+# Keras 3 multi-backend benchmark: one process per cell repeat (profile x model x task x batch x precision x
+# framework), one JSON each, tables per suite and profile. Cells and their n/a reasons come from config.yaml via
+# rules/common.smk.
+import os
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# config.yaml read by us first: a YAML error gets its file and line, not Snakemake's generic message.
+sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
+from kbench import config_check
+
+try:
+    config_check.load_yaml(Path("config.yaml"))
+except config_check.ConfigError as error:
+    sys.exit(f"config error: {error}")
 
 
 configfile: "config.yaml"

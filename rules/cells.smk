@@ -13,7 +13,11 @@ rule cell:
         not_applicable=lambda wildcards: cell_of(wildcards).not_applicable,
         runtime=RUNTIME,
         lock_sha256=stack_lock_digest,
-        timeout_s=config["cell_timeout_minutes"] * 60,
+    # Operational, not part of what a cell measures: resources, so changing them never reruns a finished cell. The
+    # cell is killed after cell_timeout_s; runtime (the job's wall time on a cluster) leaves room to record that.
+    resources:
+        cell_timeout_s=round(config["cell_timeout_minutes"] * 60),     # resources are integers
+        runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
     # All cores to one cell: cells never share the CPU or the accelerator, so one cell cannot slow another.
     threads: workflow.cores
     script:

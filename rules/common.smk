@@ -1,11 +1,12 @@
 import glob
 import json
 import os
+import math
 import shlex
 import shutil
 import sys
+from pathlib import Path
 
-from snakemake.utils import validate
 
 # kbench is importable here (matrix) and, through the shell prefix, in every job: rule scripts and `python -m kbench.*`
 # run with the driver's Python (the venv Snakemake was started from) and the repo's scripts/ on the path.
@@ -13,10 +14,12 @@ SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import departures, envs, matrix, precision, preflight, records, tables
+from kbench import config_check, departures, envs, matrix, precision, preflight, records, tables
 
-validate(config, "../schemas/config.schema.yaml")
-matrix.check_references(config)
+try:      # every bad config: one line before any job (file and line, or key path; the bad value; what is allowed)
+    config_check.check(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
+except config_check.ConfigError as error:
+    sys.exit(f"config error: {error}")
 RESULTS = config["results_dir"]
 os.makedirs(os.path.join(RESULTS, "report"), exist_ok=True)     # `snakemake --report results/report/<suite>.html`
 # auto: podman where it is installed, else the host venvs. The runtime a cell used is in its JSON.

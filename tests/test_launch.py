@@ -1,6 +1,9 @@
 """The launcher always leaves one result JSON: ok, or failed with the reason, whatever the cell process does."""
 import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,7 +149,8 @@ INNER = ["python", "-m", "kbench.runner", "--out", "/kbench/out/keras3-jax.json"
 @pytest.mark.parametrize("gpu", [False, True])
 def test_podman_runs_the_image_by_id_offline_with_cdi_gpus(gpu):
     argv = launch.command("podman", IMAGE, OUT, gpu=gpu, name="kbench-x")
-    assert argv[:8] == ["podman", "run", "--rm", "-i", "--name", "kbench-x", "--network", "none"]
+    assert argv[:10] == ["podman", "run", "--rm", "-i", "--init", "--name", "kbench-x", "--network", "none",
+                         f"--label=kbench.out={OUT.parent}"]
     assert [a.removeprefix("--volume=") for a in argv if a.startswith("--volume=")] == MOUNTS
     assert "--ulimit" in argv and any(a.startswith("nofile=") for a in argv)
     assert ("nvidia.com/gpu=all" in argv) == gpu and "--gpus" not in argv
@@ -156,7 +160,8 @@ def test_podman_runs_the_image_by_id_offline_with_cdi_gpus(gpu):
 @pytest.mark.parametrize("gpu", [False, True])
 def test_docker_uses_gpus_flag(gpu):
     argv = launch.command("docker", IMAGE, OUT, gpu=gpu, name="kbench-x")
-    assert argv[:8] == ["docker", "run", "--rm", "-i", "--name", "kbench-x", "--network", "none"]
+    assert argv[:10] == ["docker", "run", "--rm", "-i", "--init", "--name", "kbench-x", "--network", "none",
+                         f"--label=kbench.out={OUT.parent}"]
     assert (argv[argv.index("--gpus") + 1] == "all") if gpu else "--gpus" not in argv
     assert "nvidia.com/gpu=all" not in argv and argv[-6:] == [IMAGE["id"], *INNER]
 
@@ -195,7 +200,8 @@ def test_ok_cell_has_the_contract_fields(tmp_path, driver_environment):
 @pytest.mark.parametrize("fault, error_type, message", [
     ("raise", "RuntimeError", "injected failure"),
     ("exit", "ProcessExit", "exited with status 3"),
-    ("abort", "Killed", "SIGKILL"),
+    ("killed", "Killed", "SIGKILL (out of memory? the kernel's OOM killer sends it)"),
+    ("segv", "Killed", "SIGSEGV (a crash in native code)"),
 ])
 def test_failures_become_failed_cells(tmp_path, driver_environment, fault, error_type, message):
     result = run(tmp_path, driver_environment, synthetic_spec(fault))
@@ -203,9 +209,91 @@ def test_failures_become_failed_cells(tmp_path, driver_environment, fault, error
     assert result.error["type"] == error_type and message in result.error["message"]
 
 
-def test_a_hanging_cell_is_killed_at_the_timeout(tmp_path, driver_environment):
-    result = run(tmp_path, driver_environment, synthetic_spec("hang"), timeout_s=3)
+def left_behind(marker="kbench-synthetic-child") -> list[int]:
+    """PIDs of processes whose command line holds the marker (the synthetic cell's child, a test's own paths)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_hanging_cell_is_killed_at_the_timeout_with_its_children(tmp_path, driver_environment):
+    """The cell hangs after starting a child of its own (as compile workers are): the timeout kills both."""
+    assert left_behind() == []
+    result = run(tmp_path, driver_environment, synthetic_spec("hang-child"), timeout_s=3)
     assert result.status == "failed" and result.error["type"] == "Timeout"
+    assert "process group was killed" in result.error["message"]
+    assert left_behind() == []
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("no podman", "LaunchError: the cell process could not be started: LaunchError: `podman` is not on PATH"),
+    ("unreadable record", "LaunchError: the cell process could not be started: JSONDecodeError"),
+    ("missing record", "LaunchError: the cell process could not be started: FileNotFoundError"),
+])
+def test_a_launcher_error_is_a_failed_cell(tmp_path, driver_environment, monkeypatch, breakage, message):
+    """What stops the launcher before the cell starts is the cell's failure, with the reason; the run goes on."""
+    runtime, record = "host", driver_environment
+    if breakage == "no podman":
+        runtime, record = "podman", tmp_path / "image.json"
+        record.write_text(json.dumps({"stack": "driver", "kind": "image", "id": "sha256:0"}))
+        monkeypatch.setenv("PATH", str(tmp_path))
+    elif breakage == "unreadable record":
+        driver_environment.write_text("{\"stack\": ")
+    else:
+        driver_environment.unlink()
+    result = launch.run_cell(synthetic_spec(), runtime, record, tmp_path / "cell.json", tmp_path / "cell.log", 60)
+    assert result.status == "failed"
+    assert f"{result.error['type']}: {result.error['message']}".startswith(message), result.error
+    assert cell.read(tmp_path / "cell.json") == result
+
+
+def test_a_killed_driver_takes_its_running_cell_along(tmp_path, driver_environment):
+    """A stand-in Snakemake (a script named snakemake) starts the launcher, which starts a hanging cell with a child;
+    SIGKILL to the stand-in leaves the launcher an orphan: its watchdog kills the cell's group, and the launcher
+    exits without writing a record (the next run redoes the cell)."""
+    assert left_behind() == []
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(
+        "import json, sys\nfrom kbench import launch\n"
+        f"launch.run_cell(json.loads(sys.argv[1]), 'host', {str(driver_environment)!r}, {str(tmp_path / 'cell.json')!r},"
+        f" {str(tmp_path / 'cell.log')!r}, 600)\n")
+    driver = tmp_path / "snakemake"
+    driver.write_text(f"#!/bin/bash\n{sys.executable} {launcher} '{json.dumps(synthetic_spec('hang-child'))}' &\nwait\n")
+    driver.chmod(0o755)
+    proc = subprocess.Popen([str(driver)], env={**os.environ, "PYTHONPATH": str(launch.REPO / "scripts")},
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not left_behind() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left_behind(), (tmp_path / "cell.log").read_text()
+    launcher_pids = left_behind(str(launcher))
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while (left_behind() or left_behind(str(launcher))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert launcher_pids and left_behind() == [] and left_behind(str(launcher)) == []
+    assert not (tmp_path / "cell.json").exists()
+
+
+def test_a_cell_waits_for_its_previous_process_to_let_go(tmp_path, driver_environment):
+    """A resumed run never overlaps the same cell still running from before: the launcher holds a lock per cell."""
+    import fcntl
+    import threading
+    with open(tmp_path / ".cell.json.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        worker = threading.Thread(target=run, args=(tmp_path, driver_environment, synthetic_spec()))
+        worker.start()
+        worker.join(3)
+        assert worker.is_alive() and not (tmp_path / "cell.json").exists()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    worker.join(60)
+    assert cell.read(tmp_path / "cell.json").status == "ok"
 
 
 def test_an_environment_that_drifted_from_its_lock_fails_the_cell(tmp_path, driver_environment):
@@ -259,3 +347,57 @@ def test_image_build_is_pinned_offline_of_the_image_and_reproducible():
     assert "SOURCE_DATE_EPOCH=1735689600" in argv and "BASE_IMAGE=sha256:base" in argv
     assert "--volume=/cache:/uvcache" in argv and argv[-1] == str(images.REPO / "envs")   # context: locks only
     assert any(a.startswith("--volume=/etc/ssl/certs/ca-certificates.crt:") and a.endswith(":ro") for a in argv)
+
+
+def test_a_host_cell_gets_an_allow_listed_environment_and_records_what_can_change_a_measurement(
+        tmp_path, driver_environment, monkeypatch):
+    """A stray XLA_FLAGS in the driver's shell never reaches a host cell; what the cell does see of the variables
+    that steer frameworks (the spec's own here) is in its provenance."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    spec = synthetic_spec()
+    spec["env"] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "ok", result.error
+    assert result.provenance["environment_variables"] == {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def test_a_cell_writes_into_a_staging_folder_of_its_own(tmp_path, driver_environment, monkeypatch):
+    """The one folder a container cell may write is fresh per cell (not the row folder its siblings share); the
+    launcher moves the result into place and removes the folder."""
+    seen = []
+
+    def spy(runtime, environment, out, **options):
+        seen.append(out)
+        return command(runtime, environment, out, **options)
+    command = launch.command
+    monkeypatch.setattr(launch, "command", spy)
+    assert run(tmp_path, driver_environment, synthetic_spec()).status == "ok"
+    assert seen[0].parent.parent == tmp_path and seen[0].parent.name.startswith(".staging-kbench-")
+    assert not seen[0].parent.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
+        ".cell.json.lock"]
+
+
+def test_a_base_rebuild_names_the_debian_packages_that_changed(tmp_path):
+    from kbench import images
+    history = tmp_path / "base.history.json"
+    first = {"id": "sha256:1", "manifest_sha256": "sha256:a", "manifest": ["libc6=2.36-9+deb12u9", "python3=3.11.2-1"]}
+    assert images._remember(history, first) is None
+    second = {"id": "sha256:2", "manifest_sha256": "sha256:b",
+              "manifest": ["g++=4:12.2.0-3", "libc6=2.36-9+deb12u10"]}
+    assert images._remember(history, second) == ["libc6: 2.36-9+deb12u9 -> 2.36-9+deb12u10", "+g++=4:12.2.0-3",
+                                                 "-python3=3.11.2-1"]
+    assert images._remember(history, second) == []
+    assert [build["id"] for build in json.loads(history.read_text())] == ["sha256:1", "sha256:2", "sha256:2"]
+
+
+@pytest.mark.parametrize("returncode, memory_limit_mb, message", [
+    (139, None, "cell process killed by SIGSEGV (a crash in native code)"),       # a container runtime's 128+n
+    (-11, None, "cell process killed by SIGSEGV (a crash in native code)"),       # a host process's -n
+    (134, None, "cell process killed by SIGABRT (an abort in native code)"),
+    (137, None, "cell process killed by SIGKILL (out of memory? the kernel's OOM killer sends it)"),
+    (137, 512, "cell process killed by SIGKILL (out of memory? the container's limit is 512 MiB)"),
+    (3, None, "cell process exited with status 3"),
+])
+def test_exit_statuses_are_decoded(returncode, memory_limit_mb, message):
+    assert launch.exit_failure(returncode, memory_limit_mb)["message"] == message

@@ -64,6 +64,13 @@ def finished_run(tmp_path_factory):
     """Tables, plots, report and archive of a fixture run, made by the workflow's own commands."""
     results = tmp_path_factory.mktemp("results")
     write_run(results, MS)
+    cells = results / "cells/tiny/strict/bert/fit/bs32/float32"
+    for stray in (".keras3-jax.r1.json.lock", ".staging-kbench-0/result.json", "attempts/keras3-jax.r1.json.20261130T0",
+                  ".keras3-jax.r1.json.tmp"):    # what launches, retries and interrupted writes leave beside cells
+        (cells / stray).parent.mkdir(parents=True, exist_ok=True)
+        (cells / stray).write_text("{}")
+    (results / "tables/tiny/strict").mkdir(parents=True)
+    (results / "tables/tiny/strict/.ms_per_step.csv.tmp").write_text("")
     args = [*ARGS, f"results_dir={results}"]
     for step in (["--cores", "1", "--rerun-triggers", "mtime"],
                  ["--cores", "1", "--report", str(results / "report" / "tiny.html")],
@@ -142,6 +149,7 @@ def test_archive_holds_the_run_and_verifies(finished_run):
     assert {"MANIFEST.sha256", "run.json", "config.resolved.yaml", "report/tiny.html", "tables/tiny/strict/ms_per_step.csv",
             "plots/tiny/strict/ms_per_step.svg", "images/keras3-jax.cpu.json", "envs/keras3-jax.gpu.lock",
             "containers/Containerfile", "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json"} <= names
+    assert not [n for n in names if n.endswith(".tmp") or "/." in n or "attempts/" in n]
     assert archive.verify(path) == []
     assert archive.main(["verify", str(path)]) == 0
 
@@ -157,7 +165,7 @@ def rewrite(source, target, change, extra=None, remanifest=False):
         top = next(iter(members)).split("/")[0]
         members[f"{top}/MANIFEST.sha256"] = "".join(
             f"{archive.sha256_bytes(data)}  {name.removeprefix(top + '/')}\n" for name, data in sorted(members.items())
-            if data is not None and not name.endswith("/MANIFEST.sha256")).encode()
+            if data is not None and not name.endswith(("/MANIFEST.sha256", "/MANIFEST.sha256.sig"))).encode()
     with tarfile.open(target, "w:gz") as new:
         for name, data in members.items():
             if data is not None:
@@ -305,3 +313,34 @@ def test_compare_of_a_results_directory_needs_its_suite_only_when_it_holds_sever
     (tmp_path / "one" / "cells" / "paper").mkdir()
     with pytest.raises(ValueError, match="give --suite; cells/ holds suites: paper, tiny"):
         archive.Run(tmp_path / "one")
+
+
+def keypair(tmp_path, name):
+    key = tmp_path / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
+    return key
+
+
+def test_a_signed_archive_verifies_only_with_its_publishers_key(finished_run, tmp_path):
+    """A forger can edit a number and rewrite the manifest (and the tables) consistently; they cannot sign the new
+    manifest with the publisher's key: verify with the publisher's allowed-signers file refuses it."""
+    alice, mallory = keypair(tmp_path, "alice"), keypair(tmp_path, "mallory")
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(f"alice@lab {(tmp_path / 'alice.pub').read_text().split(' ', 2)[0]} "
+                       f"{(tmp_path / 'alice.pub').read_text().split(' ', 2)[1]}\n")
+    signed = tmp_path / "signed.tar.gz"
+    shutil.copy(finished_run / "archive" / "run1.tar.gz", signed)
+    assert archive.main(["sign", str(signed), "--key", str(alice)]) == 0
+    assert archive.verify(signed, signers, "alice@lab") == []
+    assert archive.manifest_digest(signed) == archive.manifest_digest(finished_run / "archive" / "run1.tar.gz")
+
+    unsigned = finished_run / "archive" / "run1.tar.gz"
+    assert archive.verify(unsigned, signers, "alice@lab") == ["MANIFEST.sha256.sig: missing, the archive is unsigned"]
+    assert archive.verify(unsigned) == []                   # without a key: intact, and reported unsigned
+
+    forged = tmp_path / "forged.tar.gz"
+    rewrite(signed, forged, lambda name, data: data.replace(b"keras", b"kerax") if name.endswith(CELL) else data,
+            remanifest=True)
+    assert archive.main(["sign", str(forged), "--key", str(mallory)]) == 0
+    problems = archive.verify(forged, signers, "alice@lab")
+    assert problems[0].startswith("MANIFEST.sha256.sig: does not verify for 'alice@lab'")

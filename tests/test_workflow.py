@@ -135,6 +135,14 @@ def test_more_repeats_run_only_the_new_repeats(up_to_date):
     assert len(planned) == len(matrix.cells({**CONFIG, "accelerator": "cpu"}, "tiny"))
 
 
+@pytest.mark.parametrize("setting", ["cell_timeout_minutes: 5", "containers: {limits: {memory_mb: 4096, cpus: 2}}"])
+def test_operational_settings_rerun_nothing(up_to_date, setting):
+    """A timeout or a container limit does not change what a finished cell measured: no rerun (every trigger on)."""
+    (up_to_date / "operational.yaml").write_text(setting + "\n")
+    plan = snakemake("-n", *TINY, "--configfile", "operational.yaml", cwd=up_to_date).stdout
+    assert "Nothing to be done" in plan, plan[-2000:]
+
+
 def test_a_version_bump_reruns_every_repeat_of_that_stacks_cells(up_to_date_template, tmp_path):
     """With repeats=3 up to date, a bumped lock reruns all three repeats of its stack's cells and nothing else."""
     shutil.copytree(up_to_date_template, tmp_path / "w")

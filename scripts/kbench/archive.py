@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -54,7 +55,8 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cel
     for name in departures.OUTPUTS + ["run_facts.html"]:
         files[f"tables/{suite}/{name}"] = results / "tables" / suite / name
     files[f"report/{suite}.html"] = report
-    for record in [*environment_records, *images]:
+    base = results / "images" / "base.json"      # the base's full Debian package manifest, where podman built it
+    for record in [*environment_records, *images, *([base] if base.exists() else [])]:
         files[str(Path(record).resolve().relative_to(results.resolve()))] = Path(record)
     for folder in ("envs", "containers"):
         for path in sorted((repo / folder).iterdir()):
@@ -134,8 +136,10 @@ class Run:
 
 # ---------------------------------------------------------------- verify
 
-def verify(archive: Path) -> list[str]:
-    """All problems found, each naming its file; [] when the archive is intact and consistent."""
+def verify(archive: Path, allowed_signers: Path | None = None, identity: str | None = None) -> list[str]:
+    """All problems found, each naming its file; [] when the archive is intact and consistent. With allowed_signers
+    (an ssh-keygen allowed-signers file) and identity, also the manifest's signature: an unsigned archive, or one
+    signed with another key, is refused (a forger can rewrite the manifest, not sign it with the publisher's key)."""
     run = Run(archive)
     if MANIFEST not in run.files:
         return [f"{MANIFEST}: missing, nothing can be checked"]
@@ -149,9 +153,60 @@ def verify(archive: Path) -> list[str]:
             problems.append(f"{name}: missing (listed in {MANIFEST})")
         elif sha256_bytes(run.files[name]) != digest:
             problems.append(f"{name}: altered (SHA-256 differs from {MANIFEST})")
-    for name in sorted(set(run.files) - set(listed) - {MANIFEST}):
+    for name in sorted(set(run.files) - set(listed) - {MANIFEST, SIGNATURE}):
         problems.append(f"{name}: extra (not listed in {MANIFEST})")
+    if allowed_signers:
+        problems += signature_problems(run, allowed_signers, identity)
     return problems + consistency(run)
+
+
+# ---------------------------------------------------------------- signatures (ssh-keygen -Y, offline)
+
+SIGNATURE = f"{MANIFEST}.sig"
+NAMESPACE = "kbench-archive"
+
+
+def manifest_digest(archive: Path) -> str:
+    """The SHA-256 of the archive's manifest: one line a publication can quote, which pins every file."""
+    return "sha256:" + sha256_bytes(Run(archive).files.get(MANIFEST, b""))
+
+
+def sign(archive: Path, key: Path) -> None:
+    """Sign the archive's manifest with an SSH private key (ssh-keygen -Y sign); the signature goes in beside it."""
+    run = Run(archive)
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = Path(tmp) / MANIFEST
+        manifest.write_bytes(run.files[MANIFEST])
+        subprocess.run(["ssh-keygen", "-q", "-Y", "sign", "-f", str(key), "-n", NAMESPACE, str(manifest)], check=True,
+                       capture_output=True)
+        signature = (Path(tmp) / SIGNATURE).read_bytes()
+    top = _top(archive)
+    rewritten = archive.with_suffix(".signing")
+    with tarfile.open(archive) as old, tarfile.open(rewritten, "w:gz") as new:
+        for member in old.getmembers():
+            if member.name != f"{top}/{SIGNATURE}":
+                new.addfile(member, old.extractfile(member) if member.isfile() else None)
+        add(new, f"{top}/{SIGNATURE}", signature)
+    os.replace(rewritten, archive)
+
+
+def signature_problems(run: Run, allowed_signers: Path, identity: str | None) -> list[str]:
+    if SIGNATURE not in run.files:
+        return [f"{SIGNATURE}: missing, the archive is unsigned"]
+    with tempfile.TemporaryDirectory() as tmp:
+        signature = Path(tmp) / SIGNATURE
+        signature.write_bytes(run.files[SIGNATURE])
+        check = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(allowed_signers), "-I", identity or "",
+                                "-n", NAMESPACE, "-s", str(signature)], input=run.files[MANIFEST], capture_output=True)
+    if check.returncode != 0:
+        return [f"{SIGNATURE}: does not verify for {identity!r} with {allowed_signers} "
+                f"({check.stderr.decode().strip() or check.stdout.decode().strip()})"]
+    return []
+
+
+def _top(archive: Path) -> str:
+    with tarfile.open(archive) as tar:
+        return tar.getmembers()[0].name.split("/")[0]
 
 
 def consistency(run: Run) -> list[str]:
@@ -247,19 +302,34 @@ def main(argv=None) -> int:
     p.add_argument("--cells", nargs="*", default=[])
     p.add_argument("--environments", nargs="*", default=[])
     p.add_argument("--images", nargs="*", default=[])
-    p = commands.add_parser("verify", help="check an archive against its manifest and itself")
+    p = commands.add_parser("verify", help="check an archive against its manifest, its signature and itself")
     p.add_argument("archive", type=Path)
+    p.add_argument("--allowed-signers", type=Path, help="ssh-keygen allowed-signers file: require a good signature")
+    p.add_argument("--identity", help="the signer's identity in that file")
+    p = commands.add_parser("sign", help="sign the archive's manifest with an SSH private key (ssh-keygen -Y sign)")
+    p.add_argument("archive", type=Path)
+    p.add_argument("--key", required=True, type=Path)
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.run_id, args.suite, args.results, args.config_json, args.report, args.cells, args.environments,
              args.images, args.out)
         return 0
-    problems = verify(args.archive)
+    if args.command == "sign":
+        sign(args.archive, args.key)
+        print(f"signed: {args.archive} (manifest {manifest_digest(args.archive)})")
+        return 0
+    if args.allowed_signers and not args.identity:
+        parser.error("--allowed-signers needs --identity (the signer's name in that file)")
+    problems = verify(args.archive, args.allowed_signers, args.identity)
+    digest = manifest_digest(args.archive)
     if problems:
-        print(f"verify FAILED: {args.archive}: {len(problems)} problem(s)", file=sys.stderr)
+        print(f"verify FAILED: {args.archive}: {len(problems)} problem(s) (manifest {digest})", file=sys.stderr)
         print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
         return 1
-    print(f"verify OK: {args.archive}")
+    signed = ("signature OK" if args.allowed_signers else
+              "signed, signature not checked (give --allowed-signers)" if SIGNATURE in Run(args.archive).files
+              else "unsigned")
+    print(f"verify OK: {args.archive} (manifest {digest}; {signed})")
     return 0
 
 

@@ -13,6 +13,7 @@ The tag derives from the lock's digest. Records are what cells depend on (and wh
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -40,17 +41,24 @@ def inspect(image: str) -> dict:
     return {"id": "sha256:" + info["Id"].removeprefix("sha256:"), "digest": info.get("Digest"), "size_bytes": info["Size"]}
 
 
+# mmdebstrap copies the host's apt sources (its mirror) into the image; nothing in the image uses apt afterwards, so they
+# go: no host-specific file may reach an image whose ID should be the same on every machine.
+HOST_SPECIFIC = "rm -f \"$1\"/etc/apt/sources.list \"$1\"/etc/apt/sources.list.d/*"
+
+
 def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> dict:
     """packages (config.yaml containers.base_packages): the Debian packages of a base built here (source "debian");
-    unused for an image pinned by digest."""
+    unused for an image pinned by digest. The record holds the full package manifest (name=version of every
+    installed Debian package) and, where an earlier build left one, what changed since (history beside the record)."""
     started = time.monotonic()
     if source == "debian":
         # mmdebstrap uses the host's apt sources, so no mirror is named here; SOURCE_DATE_EPOCH fixes file times.
         image = f"localhost/kbench/base:{DEBIAN_SUITE}"
         with tempfile.TemporaryDirectory() as tmp:
             rootfs = Path(tmp) / "rootfs.tar"
-            subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(packages)}", DEBIAN_SUITE,
-                            str(rootfs)], check=True, env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
+            subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(packages)}",
+                            f"--customize-hook={HOST_SPECIFIC}", DEBIAN_SUITE, str(rootfs)], check=True,
+                           env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
             os.utime(rootfs, (epoch, epoch))
             podman("import", "--quiet", str(rootfs), image, capture=True)
     else:
@@ -58,11 +66,40 @@ def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> di
             raise ValueError(f"containers.base {source!r}: use 'debian' or an image pinned by digest (NAME@sha256:...)")
         image = source
         podman("pull", "--quiet", source, capture=True)
+    manifest = podman("run", "--rm", "--network", "none", *launch.ulimit_args(), image, "dpkg-query", "-W",
+                      "-f=${Package}=${Version}\n", capture=True).splitlines()
     info = {"kind": "base", "image": image, "source": source, "epoch": epoch, **inspect(image),
-            "packages": packages if source == "debian" else None,
+            "packages": packages if source == "debian" else None, "manifest": sorted(manifest),
+            "manifest_sha256": "sha256:" + hashlib.sha256("\n".join(sorted(manifest)).encode()).hexdigest(),
             "build_seconds": round(time.monotonic() - started, 1)}
+    info["changed_since_last_build"] = _remember(record.with_name("base.history.json"), info)
+    if info["changed_since_last_build"]:
+        print("base: Debian packages changed since the last build (a new base ID, so every stack image and cell "
+              "follows): " + "; ".join(info["changed_since_last_build"]))
     records.write(record, info)
     return info
+
+
+def manifest_changes(old: list[str], new: list[str]) -> list[str]:
+    """name: old -> new, +name=version (added), -name=version (removed)."""
+    before, after = (dict(line.split("=", 1) for line in lines) for lines in (old, new))
+    return ([f"{n}: {before[n]} -> {after[n]}" for n in sorted(before.keys() & after.keys()) if before[n] != after[n]]
+            + [f"+{n}={after[n]}" for n in sorted(after.keys() - before.keys())]
+            + [f"-{n}={before[n]}" for n in sorted(before.keys() - after.keys())])
+
+
+def _remember(history_path: Path, info: dict) -> list[str] | None:
+    """Append this build to the base's history (kept beside its record: Snakemake deletes the record itself before
+    a rebuild) and return how its manifest differs from the last build's; None for the first build."""
+    history = records.read(history_path) if history_path.exists() else []
+    changes = manifest_changes(history[-1]["manifest"], info["manifest"]) if history else None
+    history.append({k: info[k] for k in ("id", "manifest_sha256", "manifest")} | {"built_utc": _utc_now()})
+    records.write(history_path, history)
+    return changes
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def stack_tag(stack: str, accelerator: str, lock_sha256: str) -> str:

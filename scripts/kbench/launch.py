@@ -1,16 +1,34 @@
-"""The one place that knows how a cell process starts: host venv, podman, docker or apptainer.
+"""The one place that knows how a cell process starts: host venv, preinstalled interpreter, podman, docker or
+apptainer, and that it ends.
 
 run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
-log, and guarantees a result JSON: a process that crashes, is killed or times out becomes a `failed` cell.
-In a container the cell has no network, sees the repo's scripts/ read-only and writes only its result folder.
+log, and guarantees a result JSON whatever happens: a process that crashes, is killed, runs out of memory or time,
+or cannot even be started (a missing runtime binary, an unreadable record) becomes a `failed` cell with the reason
+decoded, so the rest of the run and the tables go on.
+
+Lifecycle: the cell runs in its own process group (and, in podman/docker, as a named container that is removed
+explicitly), killed whole on timeout, on SIGTERM/SIGINT (scancel, Ctrl-C) and when the Snakemake process that
+started it dies (a watchdog polls it: a killed driver leaves no cell running into the next run's timings). A rerun of
+a cell waits for the lock its previous process held and keeps the previous record and log under attempts/.
+
+Confinement: in a container the cell has no network, sees the repo's scripts/ read-only and writes only a fresh
+staging folder of its own (moved to its result path afterwards); on the host it gets an allow-listed environment.
+Within a SLURM job only the GPUs of the allocation are handed to the container, and the job's memory becomes the
+container's limit.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import resource
+import shutil
 import signal
+import socket
 import subprocess
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -21,12 +39,27 @@ RUNTIMES = ("host", "podman", "docker", "apptainer", "preinstalled")
 CONTAINERS_CONF = REPO / "containers" / "containers.conf"
 SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
 OUT_IN_IMAGE = "/kbench/out"
+RESULT_NAME = "result.json"
+# The host runtime's cell gets these of the driver's environment and nothing else (the spec adds its own): a stray
+# XLA_FLAGS or OMP_NUM_THREADS in the shell that started Snakemake must not change a measurement unrecorded.
+HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
+            "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+STOP_GRACE_S = 10
 
+
+class LaunchError(Exception):
+    """The cell process could not be started or supervised."""
+
+
+# ---------------------------------------------------------------- argv per runtime
 
 def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name: str = "kbench-cell",
-            module: str = "kbench.runner") -> list[str]:
+            module: str = "kbench.runner", gpus: list[str] | None = None, memory_mb: int | None = None,
+            cpus: float | None = None, remove: bool = True) -> list[str]:
     """argv that runs `python -m module --out OUT` (kbench.runner for a cell) inside `environment` (a record of
-    kbench.envs or kbench.images), the payload on its stdin."""
+    kbench.envs or kbench.images), the payload on its stdin. gpus: the device indices (or UUIDs) of the allocation,
+    None for every GPU; memory_mb/cpus: container limits; remove: --rm (the launcher removes cells itself, after
+    reading whether the kernel killed them for memory)."""
     if runtime == "host":
         return [str(Path(environment["prefix"]) / "bin" / "python"), "-m", module, "--out", str(out)]
     if runtime == "preinstalled":       # an interpreter the host already has (an HPC module, a vendor image)
@@ -34,17 +67,26 @@ def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name:
     inner = ["python", "-m", module, "--out", f"{OUT_IN_IMAGE}/{out.name}"]
     mounts = [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw")]
     if runtime in ("podman", "docker"):
-        argv = [runtime, "run", "--rm", "-i", "--name", name, "--network", "none"]
+        # --init: the cell is not PID 1, which the kernel shields from signals it has no handler for (a SIGTERM
+        # would be ignored, a crash's own signal too), and a small init forwards signals and reaps its children.
+        # The label names the cell's staging folder: `podman ps --filter label=kbench.out` finds a run's containers.
+        argv = [runtime, "run", *(["--rm"] if remove else []), "-i", "--init", "--name", name, "--network", "none",
+                f"--label=kbench.out={out.parent.resolve()}"]
         argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in mounts]
-        if runtime == "podman":
-            argv += ulimit_args() + (["--device", "nvidia.com/gpu=all"] if gpu else [])   # GPUs via CDI
+        argv += [f"--memory={memory_mb}m"] if memory_mb else []
+        argv += [f"--cpus={cpus}"] if cpus else []
+        if runtime == "podman":         # GPUs through CDI, one device name per allocated GPU
+            argv += ulimit_args() + [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}")
+                                     if gpu]
         elif gpu:
-            argv += ["--gpus", "all"]
+            argv += ["--gpus", f"device={','.join(gpus)}" if gpus else "all"]
         return argv + [environment["id"], *inner]
     if runtime == "apptainer":
         argv = ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
                 "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in mounts),
-                "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"] + (["--nv"] if gpu else [])
+                "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"]
+        if gpu:
+            argv += ["--nv"] + (["--env", f"CUDA_VISIBLE_DEVICES={','.join(gpus)}"] if gpus else [])
         return argv + [environment["sif"], *inner]
     raise ValueError(f"runtime {runtime!r} is not supported; allowed: {', '.join(RUNTIMES)}")
 
@@ -59,17 +101,31 @@ def ulimit_args() -> list[str]:
 
 
 def process_env(runtime: str, environment: dict | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERAS_", "KBENCH_"))}
-    env["PYTHONUNBUFFERED"] = "1"
+    """The environment of the process the launcher starts: the container client's (the cell inside gets only the
+    image's and the spec's), or on the host an allow-list, the scripts on the path and the lock to check."""
     if runtime in ("host", "preinstalled"):
+        env = {k: v for k, v in os.environ.items() if k in HOST_ENV}
         env["PYTHONPATH"] = str(REPO / "scripts")
         if environment and environment.get("lock"):
             env["KBENCH_LOCK"] = str((REPO / environment["lock"]).resolve())   # images set their own
         if runtime == "preinstalled":
             env["KBENCH_LOCK_MODE"] = "record"      # its versions are what they are: recorded against the lock
+    else:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERAS_", "KBENCH_"))}
+    env["PYTHONUNBUFFERED"] = "1"
     if runtime == "podman":
         env["CONTAINERS_CONF"] = str(CONTAINERS_CONF)
     return env
+
+
+def allocated_gpus() -> list[str] | None:
+    """The GPUs a scheduler gave this job (SLURM_STEP_GPUS / SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES), or None:
+    no allocation, every GPU of the host."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return [device.strip() for device in value.split(",") if device.strip()]
+    return None
 
 
 def git_commit() -> str:
@@ -83,53 +139,207 @@ def git_commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
+# ---------------------------------------------------------------- one cell, start to end
+
 def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
-             timeout_s: float | None = None, repeat: int = 1) -> cell.CellResult:
+             timeout_s: float | None = None, repeat: int = 1, memory_mb: int | None = None,
+             cpus: float | None = None) -> cell.CellResult:
     out, log = Path(out), Path(log)
-    environment = records.read(environment_record)
-    context = {"runtime": runtime, "environment": environment, "git_commit": git_commit(), "repeat": repeat}
-    name = f"kbench-{uuid.uuid4().hex[:12]}"
-    gpu = preflight.is_gpu(spec["accelerator"])
-    argv = command(runtime, environment, out, gpu=gpu, name=name)
-    out.unlink(missing_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
-    # This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them.
-    problems = preflight.problems(runtime, spec["accelerator"], [spec["framework_def"]["stack"]]) if gpu else []
-    if problems:
-        failure = cell.error_info("PreflightFailed", "; ".join(problems))
-        log.write_text("\n".join(problems) + "\n")
-        cell.new_result(spec, context, "failed", failure, repeat).write(out)
-        return cell.read(out)
-    payload = json.dumps({"spec": spec, "context": context})
-    with open(log, "w") as log_file:
-        log_file.write(f"$ {' '.join(argv)}\n")
-        log_file.flush()
+    context = {"runtime": runtime, "git_commit": git_commit(), "repeat": repeat,
+               "launcher": {"node": socket.gethostname(), "gpus_allocated": allocated_gpus(),
+                            "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
+    with _exclusive(out):
         try:
-            proc = subprocess.run(argv, input=payload, text=True, stdout=log_file, stderr=subprocess.STDOUT,
-                                  env=process_env(runtime, environment), cwd=REPO, timeout=timeout_s)
-            failure = None if proc.returncode == 0 else exit_failure(proc.returncode)
-        except subprocess.TimeoutExpired:
-            stop_container(runtime, name)
-            failure = cell.error_info("Timeout", f"cell process exceeded {timeout_s:.0f} s and was killed")
-    if failure or not out.exists():
-        failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
-        failure["detail"] = log.read_text()[-4000:]
-        cell.new_result(spec, context, "failed", failure, repeat).write(out)
+            context["environment"] = environment = records.read(environment_record)
+            failure = _preflight(spec, runtime) or _supervise(spec, runtime, environment, context, out, log,
+                                                              timeout_s, memory_mb, cpus)
+        except (LaunchError, OSError, ValueError, KeyError) as error:
+            failure = cell.error_info("LaunchError", f"the cell process could not be started: "
+                                                     f"{type(error).__name__}: {error}")
+        if failure or not out.exists():
+            failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
+            failure["detail"] = log.read_text()[-4000:] if log.exists() else ""
+            cell.new_result(spec, context, "failed", failure, repeat).write(out)
+        _keep_attempt(out, log)
     return cell.read(out)
 
 
-def stop_container(runtime: str, name: str) -> None:
-    """Killing the podman/docker client leaves the container running: remove it by name."""
-    if runtime in ("podman", "docker"):
-        subprocess.run([runtime, "rm", "--force", name], capture_output=True, env=process_env(runtime))
+@contextlib.contextmanager
+def _exclusive(out: Path):
+    """One process per cell at a time: a run resumed after its driver died waits here until the previous cell
+    process (killed by its watchdog) has let go."""
+    lock_path = out.parent / f".{out.name}.lock"
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def exit_failure(returncode: int) -> dict:
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
-        hint = " (out of memory?)" if name == "SIGKILL" else ""
-        return cell.error_info("Killed", f"cell process killed by {name}{hint}")
-    if returncode == 137:   # 128 + SIGKILL, as container runtimes report it
-        return cell.error_info("Killed", "cell process killed by SIGKILL (out of memory?)")
-    return cell.error_info("ProcessExit", f"cell process exited with status {returncode}")
+def _keep_attempt(out: Path, log: Path) -> None:
+    """Every attempt's record and log are also kept, timestamped, in attempts/ beside them: Snakemake deletes a
+    job's outputs before it reruns it (a retry of failed cells, a forced rerun), and nothing computed may be lost."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for path in (out, log):
+        if path.exists():
+            kept = path.parent / "attempts" / f"{path.name}.{stamp}"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, kept)
+
+
+def _preflight(spec: dict, runtime: str) -> dict | None:
+    """This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them."""
+    if not preflight.is_gpu(spec["accelerator"]):
+        return None
+    problems = preflight.problems(runtime, spec["accelerator"], [spec["framework_def"]["stack"]])
+    return cell.error_info("PreflightFailed", "; ".join(problems)) if problems else None
+
+
+def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: Path, log: Path,
+               timeout_s: float | None, memory_mb: int | None, cpus: float | None) -> dict | None:
+    """Start the cell, wait for it (killing it whole on timeout, on SIGTERM/SIGINT, or when the driver dies), move
+    its result out of its staging folder; the failure (decoded) or None."""
+    name = f"kbench-{uuid.uuid4().hex[:12]}"
+    staging = out.parent.resolve() / f".staging-{name}"     # absolute: the cell runs in the repo folder
+    staging.mkdir()
+    container = runtime in ("podman", "docker")
+    argv = command(runtime, environment, staging / RESULT_NAME, gpu=preflight.is_gpu(spec["accelerator"]), name=name,
+                   gpus=allocated_gpus(), memory_mb=memory_mb, cpus=cpus, remove=not container)
+    if not shutil.which(argv[0]):
+        raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime})")
+    stop = _Stop(runtime, name if container else None)
+    try:
+        with open(log, "w") as log_file, stop.on_signals():
+            log_file.write(f"$ {' '.join(argv)}\n")
+            log_file.flush()
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+                                    env=process_env(runtime, environment), cwd=REPO, start_new_session=True)
+            stop.process = proc
+            _Watchdog(stop).start()
+            proc.stdin.write(json.dumps({"spec": spec, "context": context}))
+            proc.stdin.close()
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                stop.kill()
+                return cell.error_info("Timeout", f"cell process exceeded {timeout_s:.0f} s; its process group"
+                                                  + (" and container were" if container else " was") + " killed")
+        oom = stop.oom_killed()
+        if (staging / RESULT_NAME).exists():
+            os.replace(staging / RESULT_NAME, out)
+        if oom:
+            return cell.error_info("OutOfMemory", "the kernel killed the cell for memory (container OOMKilled)")
+        return None if returncode == 0 else exit_failure(returncode, memory_mb if container else None)
+    finally:
+        stop.kill()                 # whatever is left of the group, and the container
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class _Stop:
+    """Everything that ends a cell: its process group, and its container by name."""
+
+    def __init__(self, runtime: str, container: str | None):
+        self.runtime, self.container, self.process = runtime, container, None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.process is not None:        # children the cell left behind in its group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        if self.container:
+            subprocess.run([self.runtime, "rm", "--force", "--time", "2", self.container], capture_output=True,
+                           env=process_env(self.runtime))
+
+    def oom_killed(self) -> bool:
+        if not self.container:
+            return False
+        state = subprocess.run([self.runtime, "inspect", "--format", "{{.State.OOMKilled}}", self.container],
+                               capture_output=True, text=True, env=process_env(self.runtime))
+        return state.stdout.strip() == "true"
+
+    @contextlib.contextmanager
+    def on_signals(self):
+        """SIGTERM (scancel, a kill) and SIGINT (Ctrl-C) end the cell and its container before the launcher goes."""
+        def handler(signum, frame):
+            self.kill()
+            raise SystemExit(128 + signum)
+        if threading.current_thread() is not threading.main_thread():    # only the main thread may set handlers
+            yield
+            return
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+class _Watchdog(threading.Thread):
+    """Kills the cell when the Snakemake process that runs this job is gone (SIGKILLed, or its node lost)."""
+
+    def __init__(self, stop: _Stop, interval_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.stop, self.interval_s = stop, interval_s
+        self.driver = _driver()
+
+    def run(self) -> None:
+        if self.driver is None:
+            return
+        pid, started = self.driver
+        while self.stop.process.poll() is None:
+            if _start_time(pid) != started:         # gone, or the PID reused by another process
+                self.stop.kill()
+                os._exit(137)
+            time.sleep(self.interval_s)
+
+
+def _driver() -> tuple[int, str] | None:
+    """The nearest ancestor that is a Snakemake process (the local driver, or a SLURM job's own Snakemake): its PID
+    and start time."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            command_line = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if any(part == b"snakemake" or part.endswith(b"/snakemake") for part in command_line[:3]):
+            return pid, _start_time(pid)
+        pid = parent
+    return None
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def exit_failure(returncode: int, memory_limit_mb: int | None = None) -> dict:
+    """A cell process's exit status, decoded: a signal (negative on the host, 128+n from a container runtime or a
+    shell) by name, with the likely cause where there is one. memory_limit_mb: the container's limit (a SIGKILL
+    there is the limit's OOM kill, which a runtime on cgroup v1 may not report as OOMKilled)."""
+    number = -returncode if returncode < 0 else returncode - 128 if 128 < returncode < 160 else None
+    if number is None:
+        return cell.error_info("ProcessExit", f"cell process exited with status {returncode}")
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return cell.error_info("ProcessExit", f"cell process exited with status {returncode}")
+    hint = {"SIGKILL": " (out of memory? the kernel's OOM killer sends it)", "SIGSEGV": " (a crash in native code)",
+            "SIGABRT": " (an abort in native code)", "SIGTERM": " (stopped from outside)"}.get(name, "")
+    if name == "SIGKILL" and memory_limit_mb:
+        hint = f" (out of memory? the container's limit is {memory_limit_mb} MiB)"
+    return cell.error_info("Killed", f"cell process killed by {name}{hint}")

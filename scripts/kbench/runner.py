@@ -63,7 +63,8 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     from kbench import adapters
 
     provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
-                  "platform": platform.platform(), "hostname": socket.gethostname()}
+                  "platform": platform.platform(), "hostname": socket.gethostname(),
+                  "environment_variables": measurement_environment()}
     backend = workload = losses = numerics_record = None
     memory = {}
     try:
@@ -114,6 +115,17 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     result.provenance["finished_utc"] = cell.utc_now()
     result.repeat = int(context.get("repeat", 1))
     return result
+
+
+# Variables that can change what a cell measures (threads, allocators, XLA and TF flags, devices, TF32, NCCL): the
+# cell records every one it saw, whoever set it.
+MEASUREMENT_ENV = ("CUDA_", "NVIDIA_", "XLA_", "TF_", "JAX_", "KERAS_", "OMP_", "MKL_", "OPENBLAS_", "TORCH",
+                   "PYTORCH_", "NCCL_", "TRITON_", "CUBLAS", "CUDNN", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHASHSEED",
+                   "SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+
+
+def measurement_environment() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(MEASUREMENT_ENV)}
 
 
 def check_device(spec: dict, backend) -> None:

@@ -36,8 +36,8 @@ def jax_hooks() -> dict:
     import jax
     try:
         dev = jax.devices()[0]          # GPU cells run with JAX_PLATFORMS=cuda: no silent fall-back to the CPU
-    except RuntimeError as error:
-        raise NoAccelerator(f"JAX has no usable device: {error}") from error
+    except (RuntimeError, AssertionError) as error:     # AssertionError: a second call after Keras's import failed
+        raise NoAccelerator(f"JAX has no usable device: {type(error).__name__}: {error}") from error
     on_gpu = dev.platform != "cpu"
 
     def peak():

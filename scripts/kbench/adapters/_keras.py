@@ -94,7 +94,12 @@ def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weigh
         return logs["loss"]
 
     def evidence() -> dict:     # what train_on_batch logged besides the loss: the metric work a step did
-        return {"jit_compile": compiled(model.train_function), "metrics": sorted(logged - {"loss"})}
+        # tf.keras 2 XLA-compiles its step inside a plain tf.function, in a function made anew on each call (no
+        # closure holds it): there the model's own jit_compile decides, which compile() resolves to False where
+        # XLA is unavailable.
+        tf_keras = keras.Model.__module__.startswith("tf_keras")
+        xla = bool(model.jit_compile) if tf_keras else compiled(model.train_function)
+        return {"jit_compile": xla, "metrics": sorted(logged - {"loss"})}
     return workload(model, step, spec, evidence)
 
 

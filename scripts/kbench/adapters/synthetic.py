@@ -1,8 +1,15 @@
 """A framework-free workload (a NumPy matmul) for checking the harness itself: launch, timing, failure paths.
 
 spec["arch"]: {"matrix_size": N}; spec["task_options"]:
-  fault: None | "raise" | "exit" | "abort" | "hang" (while building) | "step" (every step raises) | "overflow" (a fit
-         whose float16 loss overflows to inf, as an fp16 run without loss scaling can)
+  fault: None | "raise" | "exit" | "killed" (SIGKILL, as the OOM killer sends it) | "oom" (allocates until a memory
+         limit stops it; gives up at 16 GiB) | "segv" (a native crash) | "hang" | "hang-child" (hangs after starting a
+         child process that would outlive it) (all while building) | "step" (every step raises) | "overflow" (a fit
+         whose float16 loss overflows to inf, as an fp16 run without loss scaling can); or the environment variable
+         KBENCH_SYNTHETIC_FAULT (a framework's env: one column per fault)
+  KBENCH_SYNTHETIC_FAIL_ONCE=<folder>: the cell raises unless <folder> holds a marker of its earlier attempt (a
+         transient failure: the retry succeeds)
+  build_s: seconds the build takes (or KBENCH_SYNTHETIC_BUILD_S): a cell that is surely running when a test
+         interrupts the run
   trainable: how many of the 2*N*N parameters to report trainable (default all)
   reuse_output: a fit whose steps return one buffer, overwritten by each step with a falling loss (as CUDA-graph
          replays reuse their output memory); the workload keeps a copy of the first
@@ -12,11 +19,14 @@ spec["arch"]: {"matrix_size": N}; spec["task_options"]:
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import signal
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -66,15 +76,30 @@ def prepare(spec: dict) -> dict:
 
 def _matmul(spec: dict, rng) -> Workload:
     options = spec["task_options"]
-    fault = options.get("fault")
+    fault = options.get("fault") or os.environ.get("KBENCH_SYNTHETIC_FAULT")
+    once = os.environ.get("KBENCH_SYNTHETIC_FAIL_ONCE")
+    if once:
+        marker = Path(once) / spec["cell_id"].replace("/", "_")
+        if not marker.exists():
+            marker.touch()
+            raise RuntimeError("injected transient failure")
+    if fault == "segv":         # a real invalid read, as a native crash does
+        ctypes.string_at(0)
+    if fault == "hang-child":      # argv[0] names it, so a test can look for it after the cell is gone
+        subprocess.Popen(["bash", "-c", "exec -a kbench-synthetic-child sleep 3600"])
+        time.sleep(3600)
     if fault == "raise":
         raise RuntimeError("injected failure")
     if fault == "exit":
         os._exit(3)
-    if fault == "abort":
+    if fault == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "oom":
+        hoard = [np.ones(2**24) for _ in range(128)]        # 128 MiB at a time, every page touched
+        raise RuntimeError(f"no memory limit stopped an allocation of {len(hoard) // 8} GiB")
     if fault == "hang":
         time.sleep(3600)
+    time.sleep(float(options.get("build_s") or os.environ.get("KBENCH_SYNTHETIC_BUILD_S") or 0))
     n = spec["arch"]["matrix_size"]
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
     trainable = options.get("trainable", 2 * n * n)
