@@ -33,6 +33,24 @@ include: "rules/tables.smk"
 include: "rules/report.smk"
 
 
+# On a cluster only cells become jobs: images are built where the container storage is (and shipped to the nodes as
+# archives, see ship_images), environments and tables are quick and need no GPU.
+localrules:
+    all,
+    base_image,
+    stack_image,
+    export_image,
+    docker_image,
+    sif_image,
+    environment,
+    preinstalled_environment,
+    tables,
+    departures,
+    plots,
+    run_facts,
+    archive,
+
+
 onstart:
     preflight_before_jobs()
 

@@ -3,6 +3,7 @@ rule cell:
     unsupported). Repeats share the cell's spec (and so its params): a changed lock reruns all of them."""
     input:
         environment=environment_record,
+        image_archive=image_archive,
         harness=harness_sources,
     output:
         results("cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.r{repeat}.json"),
@@ -18,7 +19,8 @@ rule cell:
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),     # resources are integers
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
-    # All cores to one cell: cells never share the CPU or the accelerator, so one cell cannot slow another.
-    threads: workflow.cores
+    # All cores to one cell: cells never share the CPU or the accelerator, so one cell cannot slow another. A lambda,
+    # since a cluster run has no --cores at parse time: its profile sets the cell job's CPUs (set-threads).
+    threads: lambda wildcards: workflow.cores
     script:
         "../scripts/run_cell.py"

@@ -67,6 +67,19 @@ def environment_record(wildcards):
     return stack_record(matrix.stack_of(config, wildcards.framework))
 
 
+def ships_images():
+    """Images go to the nodes as archives when jobs run on other machines (a cluster executor) or config says so."""
+    return config["ship_images"] is True or (config["ship_images"] == "auto" and not workflow.local_exec)
+
+
+def image_archive(wildcards):
+    """The archive a node without the cell's image loads it from (podman: OCI, docker: docker-archive)."""
+    if cell_of(wildcards).not_applicable or RUNTIME not in ("podman", "docker") or not ships_images():
+        return []
+    archive = "oci" if RUNTIME == "podman" else "docker"
+    return results(f"images/{matrix.stack_of(config, wildcards.framework)}.{config['accelerator']}.{archive}.tar")
+
+
 def stack_record(stack):
     return results(records.path(RUNTIME, stack, config["accelerator"]))
 

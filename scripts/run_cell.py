@@ -1,15 +1,20 @@
 """Snakemake script of rule `cell`: run one repeat of one cell through the launcher, or record why it is not
 applicable."""
+import os
+
 from kbench import cell, launch
 
-params = snakemake.params  # noqa: F821 (injected by Snakemake)
-config_limits = snakemake.config["containers"].get("limits") or {}  # noqa: F821
-repeat = int(snakemake.wildcards.repeat)  # noqa: F821
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+params, repeat = sm.params, int(sm.wildcards.repeat)
+limits = sm.config["containers"].get("limits") or {}
+# In a SLURM job the job's memory (resources mem_mb, sbatch --mem) is the container's limit too: a container's
+# processes live outside the job's cgroup, so SLURM alone could not hold them to it.
+memory_mb = limits.get("memory_mb") or (sm.resources.get("mem_mb") if os.environ.get("SLURM_JOB_ID") else None)
 if params.not_applicable:
     cell.new_result(params.spec, {"runtime": None}, "unsupported",
-                    cell.error_info("NotApplicable", params.not_applicable), repeat).write(snakemake.output[0])  # noqa: F821
-    open(snakemake.log[0], "w").write(f"n/a: {params.not_applicable}\n")  # noqa: F821
+                    cell.error_info("NotApplicable", params.not_applicable), repeat).write(sm.output[0])
+    open(sm.log[0], "w").write(f"n/a: {params.not_applicable}\n")
 else:
-    launch.run_cell(params.spec, params.runtime, snakemake.input.environment, snakemake.output[0],  # noqa: F821
-                    snakemake.log[0], timeout_s=snakemake.resources.cell_timeout_s, repeat=repeat,  # noqa: F821
-                    memory_mb=config_limits.get("memory_mb"), cpus=config_limits.get("cpus"))
+    launch.run_cell(params.spec, params.runtime, sm.input.environment, sm.output[0], sm.log[0],
+                    timeout_s=sm.resources.cell_timeout_s, repeat=repeat, memory_mb=memory_mb,
+                    cpus=limits.get("cpus"), image_archive=sm.input.get("image_archive") or None)

@@ -50,6 +50,8 @@ BAD = [
     ("zero arch width", lambda c: c["model_defs"]["sam"]["sizes"]["tiny"]["arch"].update(image_size=0),
      "config key model_defs.sam.sizes.tiny.arch.image_size"),
     ("repeats 0", lambda c: c.update(repeats=0), "config key repeats: 0: less than the minimum of 1"),
+    ("ship_images value", lambda c: c.update(ship_images="maybe"),
+     "config key ship_images: 'maybe' is not allowed; allowed: auto, True, False"),
     ("departure setting", lambda c: c["departures"][0]["applies"][0]["settings"].update(tf32="maybe"),
      "'maybe' is not allowed; allowed: off, on, library-default"),
     ("departure kept by none without a reason", lambda c: c["departures"][-1].pop("not_reproducible"),

@@ -105,6 +105,19 @@ def test_a_gpu_cell_on_a_host_without_a_driver_fails_at_launch(tmp_path, driver_
     assert "no NVIDIA driver here" in result.error["message"]
 
 
+def test_a_gpu_cell_in_a_slurm_job_without_a_gpu_fails_instead_of_taking_every_gpu(tmp_path, driver_environment,
+                                                                                  monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    spec = synthetic_spec()
+    spec["accelerator"] = "gpu"
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "failed" and result.error["type"] == "LaunchError"
+    assert "SLURM job 7 has no GPU allocated; a GPU cell needs one (profiles/slurm: set-resources cell: gpu: 1)" in \
+        result.error["message"]
+
+
 def test_a_float32_cell_whose_matmul_is_tf32_is_failed(tmp_path, driver_environment):
     spec = synthetic_spec()
     spec["env"] = {"KBENCH_SYNTHETIC_MATMUL": "tf32"}      # a framework that left TF32 on despite the switches
@@ -163,6 +176,7 @@ def test_docker_uses_gpus_flag(gpu):
     assert argv[:10] == ["docker", "run", "--rm", "-i", "--init", "--name", "kbench-x", "--network", "none",
                          f"--label=kbench.out={OUT.parent}"]
     assert (argv[argv.index("--gpus") + 1] == "all") if gpu else "--gpus" not in argv
+    assert "--ulimit" in argv and any(a.startswith("nproc=") for a in argv)
     assert "nvidia.com/gpu=all" not in argv and argv[-6:] == [IMAGE["id"], *INNER]
 
 
@@ -401,3 +415,53 @@ def test_a_base_rebuild_names_the_debian_packages_that_changed(tmp_path):
 ])
 def test_exit_statuses_are_decoded(returncode, memory_limit_mb, message):
     assert launch.exit_failure(returncode, memory_limit_mb)["message"] == message
+
+
+@pytest.mark.parametrize("runtime, flags", [
+    ("podman", ["--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3"]),
+    ("docker", ["--gpus", "device=1,3"]),
+    ("apptainer", ["--nv", "--env", "CUDA_VISIBLE_DEVICES=1,3"]),
+])
+def test_a_slurm_job_hands_only_its_allocation_to_the_container(runtime, flags, monkeypatch):
+    """SLURM gave GPUs 1 and 3 and CPUs 4-5: the container gets those GPUs (not every GPU of the node), and in
+    podman/docker those CPUs, its memory limit the job's."""
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_STEP_GPUS", "1,3")
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {5, 4})
+    assert launch.allocated_gpus() == ["1", "3"] and launch.allocated_cpus() == [4, 5]
+    argv = launch.command(runtime, IMAGE, OUT, gpu=True, gpus=launch.allocated_gpus(), memory_mb=6000,
+                          cpuset=launch.allocated_cpus())
+    position = argv.index(flags[0])
+    assert argv[position:position + len(flags)] == flags
+    assert "nvidia.com/gpu=all" not in argv and "all" not in argv
+    if runtime != "apptainer":
+        assert "--memory=6000m" in argv and "--cpuset-cpus=4,5" in argv
+
+
+@pytest.fixture
+def fake_podman(tmp_path, monkeypatch):
+    """A podman stand-in: `image exists` answers from a file that `load` writes (the archive's content is the ID
+    it holds), and each load is logged."""
+    tool = tmp_path / "bin" / "podman"
+    tool.parent.mkdir()
+    tool.write_text(f"""#!/bin/bash
+case "$1 $2" in
+  "image exists") grep -qx "$3" {tmp_path}/storage 2>/dev/null ;;
+  "load --quiet") echo "$4" >> {tmp_path}/loads; cat "$4" >> {tmp_path}/storage ;;
+esac
+""")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    return tmp_path
+
+
+def test_a_node_without_the_image_loads_its_archive_once_and_checks_the_id(fake_podman):
+    archive = fake_podman / "keras3-jax.gpu.oci.tar"
+    archive.write_text("sha256:aa\n")
+    launch.ensure_image("podman", {"id": "sha256:aa"}, archive)
+    launch.ensure_image("podman", {"id": "sha256:aa"}, archive)      # now there: no second load
+    assert (fake_podman / "loads").read_text().splitlines() == [str(archive)]
+    with pytest.raises(launch.LaunchError, match=f"{archive} loaded on .* does not hold the recorded image sha256:bb"):
+        launch.ensure_image("podman", {"id": "sha256:bb"}, archive)
+    with pytest.raises(launch.LaunchError, match="image sha256:cc is not in podman's storage on .*, and no archive"):
+        launch.ensure_image("podman", {"id": "sha256:cc"}, None)

@@ -13,8 +13,8 @@ a cell waits for the lock its previous process held and keeps the previous recor
 
 Confinement: in a container the cell has no network, sees the repo's scripts/ read-only and writes only a fresh
 staging folder of its own (moved to its result path afterwards); on the host it gets an allow-listed environment.
-Within a SLURM job only the GPUs of the allocation are handed to the container, and the job's memory becomes the
-container's limit.
+Within a SLURM job only the GPUs of the allocation are handed to the container, the job's memory becomes the
+container's limit and its CPUs the container's cpuset (a container's processes are outside the job's cgroup).
 """
 from __future__ import annotations
 
@@ -55,11 +55,11 @@ class LaunchError(Exception):
 
 def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name: str = "kbench-cell",
             module: str = "kbench.runner", gpus: list[str] | None = None, memory_mb: int | None = None,
-            cpus: float | None = None, remove: bool = True) -> list[str]:
+            cpus: float | None = None, cpuset: list[int] | None = None, remove: bool = True) -> list[str]:
     """argv that runs `python -m module --out OUT` (kbench.runner for a cell) inside `environment` (a record of
     kbench.envs or kbench.images), the payload on its stdin. gpus: the device indices (or UUIDs) of the allocation,
-    None for every GPU; memory_mb/cpus: container limits; remove: --rm (the launcher removes cells itself, after
-    reading whether the kernel killed them for memory)."""
+    None for every GPU; memory_mb/cpus/cpuset: container limits; remove: --rm (the launcher removes cells itself,
+    after reading whether the kernel killed them for memory)."""
     if runtime == "host":
         return [str(Path(environment["prefix"]) / "bin" / "python"), "-m", module, "--out", str(out)]
     if runtime == "preinstalled":       # an interpreter the host already has (an HPC module, a vendor image)
@@ -75,9 +75,10 @@ def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name:
         argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in mounts]
         argv += [f"--memory={memory_mb}m"] if memory_mb else []
         argv += [f"--cpus={cpus}"] if cpus else []
+        argv += [f"--cpuset-cpus={','.join(map(str, cpuset))}"] if cpuset else []
+        argv += ulimit_args()
         if runtime == "podman":         # GPUs through CDI, one device name per allocated GPU
-            argv += ulimit_args() + [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}")
-                                     if gpu]
+            argv += [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}") if gpu]
         elif gpu:
             argv += ["--gpus", f"device={','.join(gpus)}" if gpus else "all"]
         return argv + [environment["id"], *inner]
@@ -92,7 +93,8 @@ def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name:
 
 
 def ulimit_args() -> list[str]:
-    """podman's default open-file limit (1048576) is refused where the host's hard limit is lower: use the host's."""
+    """podman's and docker's default open-file limit (1048576) is refused where the host's hard limit is lower: use
+    the host's."""
     def hard(limit: int, cap: int) -> int:
         value = resource.getrlimit(limit)[1]
         return cap if value == resource.RLIM_INFINITY else min(value, cap)
@@ -128,6 +130,11 @@ def allocated_gpus() -> list[str] | None:
     return None
 
 
+def allocated_cpus() -> list[int] | None:
+    """The CPUs a SLURM job was given (its affinity), or None outside SLURM."""
+    return sorted(os.sched_getaffinity(0)) if os.environ.get("SLURM_JOB_ID") else None
+
+
 def git_commit() -> str:
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -143,16 +150,18 @@ def git_commit() -> str:
 
 def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
              timeout_s: float | None = None, repeat: int = 1, memory_mb: int | None = None,
-             cpus: float | None = None) -> cell.CellResult:
+             cpus: float | None = None, image_archive: str | Path | None = None) -> cell.CellResult:
+    """image_archive: where a node whose container storage lacks the image loads it from (a cluster node)."""
     out, log = Path(out), Path(log)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     context = {"runtime": runtime, "git_commit": git_commit(), "repeat": repeat,
                "launcher": {"node": socket.gethostname(), "gpus_allocated": allocated_gpus(),
-                            "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
+                            "cpus_allocated": allocated_cpus(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
     with _exclusive(out):
         try:
             context["environment"] = environment = records.read(environment_record)
+            ensure_image(runtime, environment, image_archive)
             failure = _preflight(spec, runtime) or _supervise(spec, runtime, environment, context, out, log,
                                                               timeout_s, memory_mb, cpus)
         except (LaunchError, OSError, ValueError, KeyError) as error:
@@ -164,6 +173,36 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
             cell.new_result(spec, context, "failed", failure, repeat).write(out)
         _keep_attempt(out, log)
     return cell.read(out)
+
+
+def has_image(runtime: str, image_id: str) -> bool:
+    probe = ["podman", "image", "exists", image_id] if runtime == "podman" else ["docker", "image", "inspect", image_id]
+    return subprocess.run(probe, capture_output=True, env=process_env(runtime)).returncode == 0
+
+
+def ensure_image(runtime: str, environment: dict, archive: str | Path | None) -> None:
+    """A node whose container storage lacks the cell's image (a cluster node: images are built on the submit host)
+    loads it from the archive the submit host wrote, once per node (a node-local lock), and must then hold exactly
+    the recorded image ID."""
+    if runtime not in ("podman", "docker"):
+        return
+    if not shutil.which(runtime):
+        raise LaunchError(f"`{runtime}` is not on PATH (runtime {runtime})")
+    if has_image(runtime, environment["id"]):
+        return
+    node = socket.gethostname()
+    if not archive:
+        raise LaunchError(f"image {environment['id']} is not in {runtime}'s storage on {node}, and no archive to "
+                          "load it from (config ship_images: true ships images to the nodes)")
+    with open(f"/tmp/kbench-image-load-{runtime}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not has_image(runtime, environment["id"]):
+            loaded = subprocess.run([runtime, "load", "--quiet", "--input", str(archive)], capture_output=True,
+                                    text=True, env=process_env(runtime))
+            if loaded.returncode != 0:
+                raise LaunchError(f"{runtime} load of {archive} on {node} failed: {loaded.stderr.strip()[-500:]}")
+        if not has_image(runtime, environment["id"]):
+            raise LaunchError(f"{archive} loaded on {node} does not hold the recorded image {environment['id']}")
 
 
 @contextlib.contextmanager
@@ -194,6 +233,10 @@ def _preflight(spec: dict, runtime: str) -> dict | None:
     """This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them."""
     if not preflight.is_gpu(spec["accelerator"]):
         return None
+    if os.environ.get("SLURM_JOB_ID") and allocated_gpus() is None:
+        # Without an allocation the container would get every GPU of the node, shared with other jobs' cells.
+        raise LaunchError(f"SLURM job {os.environ['SLURM_JOB_ID']} has no GPU allocated; a GPU cell needs one "
+                          "(profiles/slurm: set-resources cell: gpu: 1)")
     problems = preflight.problems(runtime, spec["accelerator"], [spec["framework_def"]["stack"]])
     return cell.error_info("PreflightFailed", "; ".join(problems)) if problems else None
 
@@ -207,7 +250,8 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
     staging.mkdir()
     container = runtime in ("podman", "docker")
     argv = command(runtime, environment, staging / RESULT_NAME, gpu=preflight.is_gpu(spec["accelerator"]), name=name,
-                   gpus=allocated_gpus(), memory_mb=memory_mb, cpus=cpus, remove=not container)
+                   gpus=allocated_gpus(), memory_mb=memory_mb, cpus=cpus, cpuset=allocated_cpus(),
+                   remove=not container)
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime})")
     stop = _Stop(runtime, name if container else None)
