@@ -1,6 +1,7 @@
 """The launcher always leaves one result JSON: ok, or failed with the reason, whatever the cell process does."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -453,6 +454,28 @@ esac
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
     return tmp_path
+
+
+def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake_podman, tmp_path, monkeypatch):
+    """The wiring from the job's environment to the container's command line: GPU 2 and CPU 3 of the node, the
+    job's memory; not every GPU of the node."""
+    (fake_podman / "storage").write_text("sha256:aa\n")
+    record = tmp_path / "image.json"
+    record.write_text(json.dumps({"kind": "image", "id": "sha256:aa"}))
+    monkeypatch.setattr(launch, "_preflight", lambda spec, runtime: None)      # no driver on this host
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("SLURM_STEP_GPUS", "2")
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {3})
+    spec = synthetic_spec()
+    spec["accelerator"] = "gpu"
+    result = launch.run_cell(spec, "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", 60,
+                             memory_mb=6000)
+    argv = (tmp_path / "cell.log").read_text().splitlines()[0].split()
+    assert argv[:3] == ["$", "podman", "run"]
+    assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=2" and argv.count("--device") == 1
+    assert "--memory=6000m" in argv and "--cpuset-cpus=3" in argv
+    assert result.provenance["launcher"] == {"node": socket.gethostname(), "gpus_allocated": ["2"],
+                                             "cpus_allocated": [3], "slurm_job_id": "9"}
 
 
 def test_a_node_without_the_image_loads_its_archive_once_and_checks_the_id(fake_podman):

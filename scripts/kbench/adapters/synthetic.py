@@ -3,7 +3,7 @@
 spec["arch"]: {"matrix_size": N}; spec["task_options"]:
   fault: None | "raise" | "exit" | "killed" (SIGKILL, as the OOM killer sends it) | "oom" (allocates until a memory
          limit stops it; gives up at 16 GiB) | "segv" (a native crash) | "hang" | "hang-child" (hangs after starting a
-         child process that would outlive it) (all while building) | "step" (every step raises) | "overflow" (a fit
+         child process that ignores SIGTERM and would outlive it) (all while building) | "step" (every step raises) | "overflow" (a fit
          whose float16 loss overflows to inf, as an fp16 run without loss scaling can); or the environment variable
          KBENCH_SYNTHETIC_FAULT (a framework's env: one column per fault)
   KBENCH_SYNTHETIC_FAIL_ONCE=<folder>: the cell raises unless <folder> holds a marker of its earlier attempt (a
@@ -86,7 +86,8 @@ def _matmul(spec: dict, rng) -> Workload:
     if fault == "segv":         # a real invalid read, as a native crash does
         ctypes.string_at(0)
     if fault == "hang-child":      # argv[0] names it, so a test can look for it after the cell is gone
-        subprocess.Popen(["bash", "-c", "exec -a kbench-synthetic-child sleep 3600"])
+        # the child ignores SIGTERM: only the SIGKILL to the whole group after the grace period ends it
+        subprocess.Popen(["bash", "-c", "trap '' TERM; exec -a kbench-synthetic-child sleep 3600"])
         time.sleep(3600)
     if fault == "raise":
         raise RuntimeError("injected failure")
