@@ -182,14 +182,7 @@ def _stable_diffusion(spec, rng, device):
         eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
         return scheduler.step(eps, t, latents).prev_sample
     # "step": the whole denoising step compiled, as the anchor's torch.compile(pipeline) reached it
-    denoise = _compile(denoise) if spec["settings"]["compile_site"] == "step" else denoise
-    seen = {}
-
-    def step():
-        with torch.no_grad(), autocast():
-            _note_compute_dtype(seen, device, unet)
-            return denoise()
-    return _workload(unet, step, spec, seen, evidence=lambda: _evidence(forward, denoise, "step"))
+    return _inference(unet, forward, denoise, spec, device, autocast)
 
 
 MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal_lm, "fit", "generate"),
@@ -288,17 +281,19 @@ def _predict(module, inputs, spec) -> Workload:
     device = _device_of(inputs)
     module = _place(module, spec, device).eval()
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
+    return _inference(module, forward, lambda: _call(forward, inputs), spec, device, autocast)
 
-    def predict():
-        return _call(forward, inputs)
-    predict = _compile(predict) if spec["settings"]["compile_site"] == "step" else predict
+
+def _inference(module, forward, run, spec, device, autocast) -> Workload:
+    """A no-grad step of `run` (compiled whole where the compile site is "step"), its compute dtype noted."""
+    run = _compile(run) if spec["settings"]["compile_site"] == "step" else run
     seen = {}
 
     def step():
         with torch.no_grad(), autocast():
             _note_compute_dtype(seen, device, module)
-            return predict()
-    return _workload(module, step, spec, seen, evidence=lambda: _evidence(forward, predict, "step"))
+            return run()
+    return _workload(module, step, spec, seen, evidence=lambda: _evidence(forward, run, "step"))
 
 
 def _workload(module, step, spec, seen: dict, evidence, **extra) -> Workload:
