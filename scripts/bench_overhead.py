@@ -27,6 +27,7 @@ def host(args) -> int:
     from kbench import launch, matrix
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["accelerator"] = "cpu"       # the cpu venv; a gpu spec would carry JAX_PLATFORMS=cuda and the GPU checks
     precision = config["model_defs"][args.model]["precisions"][0]
     spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, args.framework, "strict")
     spec["steps"] = {"warmup": 1, "timed": args.steps}
