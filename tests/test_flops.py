@@ -102,6 +102,39 @@ def test_lora_fit_is_between_2x_and_3x_its_forward(model):
     assert parts["backward: q/k/v projections"] == parts["q/k/v projections"] * (layers - 1) // layers
 
 
+@pytest.mark.parametrize("model", ["gemma", "mistral"])
+def test_lora_fit_breakdown_term_by_term(model):
+    """Every part of a tiny LoRA fit against its hand count, so that no term (the attention's input gradient is
+    0.3% of the total) can hide under a tolerance: forward once; backward input gradients of the frozen products
+    above layer 0, both attention operands' gradients, and the LoRA factors' weight and input gradients."""
+    spec = spec_of(model, "fit", size="tiny")
+    a, b, s, r = spec["arch"], spec["batch_size"], spec["inputs"]["sequence_length"], spec["task_options"]["lora_rank"]
+    d, hq, hkv, layers = a["hidden_dim"], a["num_query_heads"], a["num_key_value_heads"], a["num_layers"]
+    hd = a.get("head_dim") or d // hq
+    inter, vocab, n = a["intermediate_dim"], a["vocabulary_size"], b * s
+    qkv = 2 * n * d * (hq * hd + 2 * hkv * hd)                  # one layer's q, k, v projections
+    lora = 2 * n * (d * r + r * hq * hd) + 2 * n * (d * r + r * hkv * hd)     # q_proj and v_proj factors
+    lora_a_backward = 2 * n * d * r * 2                         # the two lora_A of one layer (q and v), one grad
+    attention = 2 * b * hq * s * s * hd                         # QK^T (and AV: the same size)
+    expected = {
+        "q/k/v projections": layers * qkv,
+        "LoRA factors": layers * lora,
+        "self-attention scores QK^T": layers * attention,
+        "self-attention values AV": layers * attention,
+        "o projection": layers * 2 * n * hq * hd * d,
+        "gated MLP": layers * 2 * n * 3 * d * inter,
+        "LM head": 2 * n * d * vocab,
+        "backward: q/k/v projections": (layers - 1) * qkv,                       # layer 0: no input gradient
+        "backward: LoRA factors": layers * 2 * lora - lora_a_backward,            # layer 0's lora_A: weights only
+        "backward: self-attention scores QK^T": layers * 2 * attention,           # dQ and dK
+        "backward: self-attention values AV": layers * 2 * attention,             # dScores and dV
+        "backward: o projection": layers * 2 * n * hq * hd * d,
+        "backward: gated MLP": layers * 2 * n * 3 * d * inter,
+        "backward: LM head": 2 * n * d * vocab,
+    }
+    assert flops.breakdown(spec) == expected
+
+
 def test_generate_grows_by_one_decode_forward_per_new_token():
     spec = spec_of("gemma", "generate", size="tiny", batch=2)
     counts = [flops.per_step(spec_of("gemma", "generate", size="tiny", batch=2, new_tokens=n)) for n in (1, 2, 3, 45)]

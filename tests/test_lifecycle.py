@@ -6,9 +6,12 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
+from pathlib import Path
 from html.parser import HTMLParser
 
 import pytest
+import yaml
 
 from conftest import CONFIG, snakemake
 from kbench import archive, cell, compare, matrix, records, timing
@@ -26,7 +29,8 @@ def fixture_cell(framework, task, batch, mean_ms, record, keras="3.15.1", runtim
                                     "packages": packages, "git_commit": "abc"}, "ok")
     steps = [mean_ms * (0.99 if i % 2 else 1.01) for i in range(20)]      # +-1% around the mean
     result.timing = {**timing.summarize(steps), "first_step_ms": 50 * mean_ms, "window_ms": sum(steps),
-                        "examples_per_s": 1.0, "tokens_per_s": None, "step_ms": steps}
+                     "examples_per_s": 1.0, "tokens_per_s": None, "step_ms": steps,
+                     "block_ms": [steps[i] + steps[i + 1] for i in range(0, 20, 2)], "block_steps": [2] * 10}
     result.params = {"total": 1000, "trainable": 1000}
     result.loss = {"first_timed_step": 0.7, "last_timed_step": 0.6} if task == "fit" else None
     return result
@@ -74,7 +78,7 @@ def finished_run(tmp_path_factory):
     args = [*ARGS, f"results_dir={results}"]
     for step in (["--cores", "1", "--rerun-triggers", "mtime"],
                  ["--cores", "1", "--report", str(results / "report" / "tiny.html")],
-                 [str(results / "archive" / "run1.tar.gz"), "--cores", "1", "--rerun-triggers", "mtime"]):
+                 [str(results / "archive" / "tiny-run1.tar.gz"), "--cores", "1", "--rerun-triggers", "mtime"]):
         proc = snakemake(*step, *args)
         assert proc.returncode == 0, proc.stdout[-3000:]
     return results
@@ -143,9 +147,9 @@ def test_run_facts_name_suite_images_and_host(finished_run):
 
 
 def test_archive_holds_the_run_and_verifies(finished_run):
-    path = finished_run / "archive" / "run1.tar.gz"
+    path = finished_run / "archive" / "tiny-run1.tar.gz"
     with tarfile.open(path) as tar:
-        names = {m.name.removeprefix("run1/") for m in tar.getmembers()}
+        names = {m.name.removeprefix("tiny-run1/") for m in tar.getmembers()}
     assert {"MANIFEST.sha256", "run.json", "config.resolved.yaml", "report/tiny.html", "tables/tiny/strict/ms_per_step.csv",
             "plots/tiny/strict/ms_per_step.svg", "images/keras3-jax.cpu.json", "envs/keras3-jax.gpu.lock",
             "containers/Containerfile", "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json"} <= names
@@ -183,7 +187,7 @@ def test_verify_names_one_changed_byte(finished_run, tmp_path):
             assert b'"mean_ms": 100.0,' in data
             return data.replace(b'"mean_ms": 100.0,', b'"mean_ms": 10.00,')
         return data
-    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", flip)
+    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", flip)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert problems[0] == f"{CELL}: altered (SHA-256 differs from MANIFEST.sha256)"
     assert f"{CELL}: mean_ms 10.0 is not that of its step_ms (100.0)" in problems
@@ -191,7 +195,7 @@ def test_verify_names_one_changed_byte(finished_run, tmp_path):
 
 
 def test_verify_names_a_removed_file_and_the_table_row_it_leaves_unbacked(finished_run, tmp_path):
-    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz",
+    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz",
             lambda name, data: None if name.endswith(CELL) else data)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert problems[:2] == [f"{CELL}: missing (listed in MANIFEST.sha256)", f"{CELL}: missing (the tables list this cell)"]
@@ -199,8 +203,8 @@ def test_verify_names_a_removed_file_and_the_table_row_it_leaves_unbacked(finish
 
 
 def test_verify_names_an_extra_file(finished_run, tmp_path):
-    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", lambda name, data: data,
-            extra={"run1/tables/tiny/better_numbers.csv": b"1,2"})
+    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", lambda name, data: data,
+            extra={"tiny-run1/tables/tiny/better_numbers.csv": b"1,2"})
     assert archive.verify(tmp_path / "t.tar.gz") == [
         "tables/tiny/better_numbers.csv: extra (not listed in MANIFEST.sha256)",
         "tables/tiny/better_numbers.csv: not a table kbench.tables makes"]
@@ -212,7 +216,7 @@ def test_verify_names_a_cell_whose_image_differs_from_the_record(finished_run, t
         if name.endswith("images/keras3-jax.cpu.json"):
             return data.replace(b"11" * 32, b"44" * 32)
         return data
-    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", swap, remanifest=True)
+    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", swap, remanifest=True)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert len(problems) == 2 and all("but images/keras3-jax.cpu.json records sha256:4444" in p for p in problems)
 
@@ -226,7 +230,7 @@ def test_verify_names_an_edited_mean_even_under_a_rewritten_manifest(finished_ru
             result["timing"]["mean_ms"] = 10.0
             return json.dumps(result).encode()
         return data
-    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
+    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert f"{CELL}: mean_ms 10.0 is not that of its step_ms (100.0)" in problems
     assert "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
@@ -239,7 +243,7 @@ def test_verify_names_an_edited_table_even_under_a_rewritten_manifest(finished_r
             assert b",100.0," in data
             return data.replace(b",100.0,", b",90.0,")
         return data
-    rewrite(finished_run / "archive" / "run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
+    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
     assert archive.verify(tmp_path / "t.tar.gz") == [
         "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs"]
 
@@ -292,8 +296,8 @@ def test_compare_tests_the_repeats_of_both_sides(tmp_path):
     fit, predict = rows.loc["tiny/strict/bert/fit/bs32/float32/keras3-jax"], rows.loc[
         "tiny/strict/bert/predict/bs256/float32/keras3-jax"]
     assert (fit["verdict"], fit["repeats"], fit["old ms"], fit["new ms"]) == ("slower", "3 / 3", 101.0, 111.1)
-    assert fit["significant"].startswith("yes (Welch p=")
-    assert predict["verdict"] == "no significant change" and predict["significant"].startswith("no (Welch p=")
+    assert fit["significant"].startswith("yes (Welch q=")
+    assert predict["verdict"] == "no significant change" and predict["significant"].startswith("no (Welch q=")
 
 
 def test_noise_band_ignores_the_drain_step_and_widens_with_step_spread():
@@ -329,12 +333,12 @@ def test_a_signed_archive_verifies_only_with_its_publishers_key(finished_run, tm
     signers.write_text(f"alice@lab {(tmp_path / 'alice.pub').read_text().split(' ', 2)[0]} "
                        f"{(tmp_path / 'alice.pub').read_text().split(' ', 2)[1]}\n")
     signed = tmp_path / "signed.tar.gz"
-    shutil.copy(finished_run / "archive" / "run1.tar.gz", signed)
+    shutil.copy(finished_run / "archive" / "tiny-run1.tar.gz", signed)
     assert archive.main(["sign", str(signed), "--key", str(alice)]) == 0
     assert archive.verify(signed, signers, "alice@lab") == []
-    assert archive.manifest_digest(signed) == archive.manifest_digest(finished_run / "archive" / "run1.tar.gz")
+    assert archive.manifest_digest(signed) == archive.manifest_digest(finished_run / "archive" / "tiny-run1.tar.gz")
 
-    unsigned = finished_run / "archive" / "run1.tar.gz"
+    unsigned = finished_run / "archive" / "tiny-run1.tar.gz"
     assert archive.verify(unsigned, signers, "alice@lab") == ["MANIFEST.sha256.sig: missing, the archive is unsigned"]
     assert archive.verify(unsigned) == []                   # without a key: intact, and reported unsigned
 
@@ -344,3 +348,120 @@ def test_a_signed_archive_verifies_only_with_its_publishers_key(finished_run, tm
     assert archive.main(["sign", str(forged), "--key", str(mallory)]) == 0
     problems = archive.verify(forged, signers, "alice@lab")
     assert problems[0].startswith("MANIFEST.sha256.sig: does not verify for 'alice@lab'")
+
+
+def test_compare_takes_direction_size_and_test_from_the_same_means(tmp_path):
+    """Old repeats 100, 100, 160 (median 100, mean 120), new 110 x 3: a median says 10% slower, the mean that the
+    test compares says 8% faster. One statistic throughout: the mean."""
+    write_run(tmp_path / "old", {("keras3-jax", "fit", 32): 100.0}, repeats=3)
+    write_run(tmp_path / "new", {("keras3-jax", "fit", 32): 110.0}, repeats=3)
+    path = tmp_path / "old/cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r3.json"
+    third = cell.read(path)
+    third.timing = {**third.timing, "mean_ms": 160.0}
+    third.write(path)
+    for r in (1, 2, 3):         # no spread on the new side
+        path = tmp_path / f"new/cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r{r}.json"
+        result = cell.read(path)
+        result.timing = {**result.timing, "mean_ms": 110.0}
+        result.write(path)
+    row = compare.compare(archive.Run(tmp_path / "old"), archive.Run(tmp_path / "new")).iloc[0]
+    assert (row["old ms"], row["new ms"]) == (pytest.approx(120.33, abs=0.01), 110.0)
+    assert row["change %"] < 0 and row["verdict"] in ("faster", "no significant change")
+
+
+def test_compare_adjusts_its_welch_tests_for_the_many_cells_it_tests(tmp_path):
+    """Forty cells that did not change (two of them, by chance, at Welch p of about 0.04) and one that did: an
+    uncorrected p < 0.05 would report three changes; Benjamini-Hochberg over the 41 tests reports the real one."""
+    means = {batch: ([100.0, 101.0, 102.0], [100.5, 101.5, 102.5]) for batch in range(1, 39)}
+    means.update({39: ([100.0, 101.0, 102.0], [102.5, 103.5, 104.5]),       # p ~ 0.04: chance
+                  40: ([102.5, 103.5, 104.5], [100.0, 101.0, 102.0]),
+                  41: ([100.0, 101.0, 102.0], [140.0, 141.0, 142.0])})     # a real change
+    for side, index in (("old", 0), ("new", 1)):
+        write_run(tmp_path / side, {("keras3-jax", "fit", batch): 100.0 for batch in means}, repeats=3)
+        for batch, pair in means.items():
+            for repeat, mean in enumerate(pair[index], start=1):
+                path = tmp_path / side / f"cells/tiny/strict/bert/fit/bs{batch}/float32/keras3-jax.r{repeat}.json"
+                result = cell.read(path)
+                result.timing = {**result.timing, "mean_ms": mean}
+                result.write(path)
+    table = compare.compare(archive.Run(tmp_path / "old"), archive.Run(tmp_path / "new")).set_index("cell")
+    raw = {cell_id: float(text.split("p=")[1].rstrip(")")) for cell_id, text in table.significant.items()}
+    assert sum(p < 0.05 for p in raw.values()) == 3          # what an uncorrected test would have reported
+    changed = table[table.verdict.isin(["faster", "slower"])]
+    assert list(changed.index) == ["tiny/strict/bert/fit/bs41/float32/keras3-jax"]
+    assert changed.iloc[0].verdict == "slower" and changed.iloc[0].significant.startswith("yes (Welch q=")
+
+
+def forge_consistently(source, target):
+    """What a careful forger does: one cell made twice as fast (every step, block and window halved, its statistics
+    recomputed), every table rebuilt from the cells by the project's own code, the manifest written anew."""
+    with tarfile.open(source) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    top = next(iter(members)).split("/")[0]
+    name = f"{top}/{CELL}"
+    forged = cell.CellResult.from_json(json.loads(members[name]))
+    steps = [ms / 2 for ms in forged.timing["step_ms"]]
+    forged.timing = {**forged.timing, **timing.summarize(steps), "step_ms": steps, "window_ms": sum(steps),
+                     "block_ms": [ms / 2 for ms in forged.timing["block_ms"]],
+                     "examples_per_s": 2 * forged.timing["examples_per_s"]}
+    members[name] = json.dumps(forged.to_json()).encode()
+    cells = {}
+    for n, data in sorted(members.items()):
+        if n.startswith(f"{top}/cells/") and n.endswith(".json"):
+            result = cell.CellResult.from_json(json.loads(data))
+            cells.setdefault(result.cell_id, []).append(result)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive.build_tables(yaml.safe_load(members[f"{top}/config.resolved.yaml"]), "tiny", cells, Path(tmp))
+        for path in Path(tmp).rglob("*"):
+            if path.is_file():
+                members[f"{top}/tables/tiny/{path.relative_to(tmp)}"] = path.read_bytes()
+    rewrite_members(members, target)
+
+
+def rewrite_members(members, target):
+    top = next(iter(members)).split("/")[0]
+    members = {n: d for n, d in members.items() if not n.endswith(("/MANIFEST.sha256", "/MANIFEST.sha256.sig"))}
+    members[f"{top}/MANIFEST.sha256"] = "".join(f"{archive.sha256_bytes(data)}  {n.removeprefix(top + '/')}\n"
+                                                for n, data in sorted(members.items())).encode()
+    with tarfile.open(target, "w:gz") as new:
+        for n, data in members.items():
+            info = tarfile.TarInfo(n)
+            info.size = len(data)
+            new.addfile(info, io.BytesIO(data))
+
+
+def test_a_consistent_forgery_passes_unsigned_verify_and_is_refused_with_the_publishers_key(finished_run, tmp_path):
+    """The README's claim, exactly: halve one cell's steps, recompute its statistics, rebuild the tables with this
+    project's code and rewrite the manifest: without a key verify finds nothing wrong; with the publisher's
+    allowed-signers line it refuses the archive, whether unsigned or re-signed by the forger."""
+    alice, mallory = keypair(tmp_path, "alice"), keypair(tmp_path, "mallory")
+    signers = tmp_path / "allowed_signers"
+    signers.write_text("alice@lab " + " ".join((tmp_path / "alice.pub").read_text().split()[:2]) + "\n")
+    signed = tmp_path / "signed.tar.gz"
+    shutil.copy(finished_run / "archive" / "tiny-run1.tar.gz", signed)
+    assert archive.main(["sign", str(signed), "--key", str(alice)]) == 0
+    forged = tmp_path / "forged.tar.gz"
+    forge_consistently(signed, forged)
+    before = cell.CellResult.from_json(json.loads(archive.Run(signed).files[CELL])).mean_ms
+    after = cell.CellResult.from_json(json.loads(archive.Run(forged).files[CELL])).mean_ms
+    assert after == pytest.approx(before / 2)
+    assert archive.verify(forged) == []                         # consistent: nothing for an unkeyed verify to find
+    assert archive.verify(forged, signers, "alice@lab") == ["MANIFEST.sha256.sig: missing, the archive is unsigned"]
+    assert archive.main(["sign", str(forged), "--key", str(mallory)]) == 0
+    assert archive.verify(forged, signers, "alice@lab")[0].startswith(
+        "MANIFEST.sha256.sig: does not verify for 'alice@lab'")
+
+
+def test_the_readmes_verify_walkthrough_runs_as_printed(finished_run, tmp_path):
+    from test_readme import verify_walkthrough
+    from conftest import REPO
+    (tmp_path / "results" / "archive").mkdir(parents=True)
+    shutil.copy(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "results" / "archive")
+    for name in (".venv", "scripts"):
+        (tmp_path / name).symlink_to(REPO / name)
+    *setup, check = verify_walkthrough()
+    for line in setup:
+        subprocess.run(line, shell=True, cwd=tmp_path, check=True)
+    proc = subprocess.run(check, shell=True, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{CELL}: altered" in proc.stdout + proc.stderr

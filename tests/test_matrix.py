@@ -50,7 +50,8 @@ def test_not_applicable_cells_are_listed_with_their_reason(config):
 
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
-    assert spec["size"] == "tiny" and spec["steps"] == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"]}
+    assert spec["size"] == "tiny" and spec["steps"] == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],
+                                                        "blocks": 10}
     assert spec["arch"] == config["model_defs"]["gemma"]["sizes"]["tiny"]["arch"]
     assert spec["task_options"] == {"prompt_length": 5, "new_tokens": 45}
     assert spec["precision"] == "bfloat16"
@@ -90,11 +91,11 @@ def test_a_profile_is_its_settings_after_the_departures_it_keeps(config):
     def settings(profile, model, task, framework):
         return matrix.settings(config, profile, model, task, framework)
     assert settings("strict", "bert", "fit", "native-torch-compiled") == {
-        "tf32": "off", "warmup": 3, "jit_compile": True, "compile_site": "module"}
+        "tf32": "off", "warmup": 3, "sync_blocks": 10, "jit_compile": True, "compile_site": "module"}
     assert settings("anchor", "bert", "fit", "native-torch-compiled") == {       # HF Trainer switched TF32 on
-        "tf32": "on", "warmup": 2, "jit_compile": True, "compile_site": "module"}
+        "tf32": "on", "warmup": 2, "sync_blocks": 10, "jit_compile": True, "compile_site": "module"}
     assert settings("anchor", "sam", "predict", "keras2") == {"tf32": "library-default", "warmup": 1,
-                                                               "jit_compile": False}
+                                                               "sync_blocks": 10, "jit_compile": False}
     assert settings("anchor", "gemma", "generate", "native-torch-compiled")["compile_site"] == "model"
     assert settings("anchor", "stable_diffusion", "fit", "native-torch-compiled")["compile_site"] == "train-step"
     assert settings("anchor", "gemma", "fit", "native-torch-eager")["lora_dtype"] == "model"

@@ -17,7 +17,8 @@ def result(config, model, task, batch, framework, mean_ms=None, status="ok", err
         mean_ms = sum(steps) / len(steps)
         out.timing = {"n": len(steps), "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "stdev_ms": 0.0,
                       "min_ms": min(steps), "max_ms": max(steps), "first_step_ms": 900.0, "window_ms": sum(steps),
-                      "examples_per_s": batch * 1e3 / mean_ms, "tokens_per_s": None, "step_ms": steps}
+                      "examples_per_s": batch * 1e3 / mean_ms, "tokens_per_s": None, "step_ms": steps,
+                      "block_ms": steps, "block_steps": [1] * len(steps)}      # a sync after every step
         out.params = {"total": 1000, "trainable": 1000}
         out.memory = {"peak_host_rss_bytes": 2**30, "peak_device_bytes": 3 * 2**20, "nvml_used_bytes_after_steps": None}
         out.numerics = {"weights_dtype": "float32", "compute_dtype": compute, "probe": {"observed_class": "fp32"}}
@@ -44,23 +45,26 @@ def summary(results):
 
 def test_ms_per_step_has_anchor_shape_and_status_texts(results):
     readable = tables.ms_per_step_table(summary(results), FRAMEWORKS, readable=True)
-    assert list(readable.columns) == FRAMEWORKS + ["params_parity"]
+    assert list(readable.columns) == FRAMEWORKS + ["params_parity", tables.NETWORKS]
     assert readable.loc[("bert", "fit", 32, "float32")].tolist() == [
-        "10.00 ± 0.00*", "20.00 ± 0.00*", "40.00 ± 0.00*", ""]           # one repeat each: within-run intervals
+        "10.00 ± 0.00*", "20.00 ± 0.00*", "40.00 ± 0.00*", "", ""]           # one repeat each: within-run intervals
     assert readable.loc[("sam", "predict", 4, "float32")].tolist() == [
-        "failed: MemoryError", "8.00 ± 0.00*", "n/a: needs Keras 3", ""]
+        "failed: MemoryError", "8.00 ± 0.00*", "n/a: needs Keras 3", "", ""]
     numbers = tables.ms_per_step_table(summary(results), FRAMEWORKS)
-    assert list(numbers.columns) == [c for f in FRAMEWORKS for c in (f, f"{f} low", f"{f} high")] + ["params_parity"]
+    assert list(numbers.columns) == [c for f in FRAMEWORKS for c in (f, f"{f} low", f"{f} high")] + [
+        "params_parity", tables.NETWORKS]
     assert numbers.loc[("bert", "fit", 32, "float32"), "keras3-jax"] == 10.0
 
 
-def test_a_cell_is_the_median_of_its_repeats_with_a_t_interval_over_them(config):
-    repeats = [result(config, "bert", "fit", 32, "keras3-jax", ms, repeat=i + 1) for i, ms in enumerate([10, 12, 11])]
+def test_a_cell_is_the_mean_of_its_repeats_with_a_t_interval_around_it(config):
+    repeats = [result(config, "bert", "fit", 32, "keras3-jax", ms, repeat=i + 1) for i, ms in enumerate([10, 11, 15])]
     row = summary(repeats).iloc[0]
-    assert (row.repeats, row.estimate_ms, row.ci_method) == (3, 11.0, "repeats")
-    assert row.ci_low_ms == pytest.approx(11 - 2.4841, abs=1e-3) and row.ci_high_ms == pytest.approx(13.4841,
+    assert (row.repeats, row.estimate_ms, row.ci_method) == (3, 12.0, "repeats")       # the median would be 11
+    assert row.ci_low_ms == pytest.approx(12 - 6.5725, abs=1e-3) and row.ci_high_ms == pytest.approx(18.5725,
                                                                                                    abs=1e-3)
-    assert row.text == "11.00 ± 2.48"
+    assert row.text == "12.00 ± 6.57"          # exactly the interval the verdicts use
+    numbers = tables.ms_per_step_table(summary(repeats), ["keras3-jax"]).iloc[0]
+    assert (numbers["keras3-jax low"] + numbers["keras3-jax high"]) / 2 == pytest.approx(numbers["keras3-jax"])
 
 
 def test_a_cell_with_a_failed_repeat_is_failed_and_says_how_many(config):
@@ -76,7 +80,9 @@ def test_speedup_is_other_over_best_keras3_minus_one(results):
     bert = table.loc[("bert", "fit", 32, "float32")]
     assert bert[tables.BEST] == "keras3-jax" and bert["best Keras 3 ms"] == 10.0
     assert bert[["vs keras3-jax %", "vs keras3-tensorflow %", "vs keras3-torch %"]].tolist() == [0, 100, 300]
-    assert bert[["vs keras3-jax", "vs keras3-tensorflow", "vs keras3-torch"]].tolist() == ["best", "+100%", "+300%"]
+    # one repeat a cell: the verdicts rest on within-run intervals, and say so
+    assert bert[["vs keras3-jax", "vs keras3-tensorflow", "vs keras3-torch"]].tolist() == ["best", "+100%*", "+300%*"]
+    assert "vs keras3-tensorflow Welch" not in bert.index          # no repeats on either side: no Welch verdict
     sam = table.loc[("sam", "predict", 4, "float32")]
     assert sam[tables.BEST] == "keras3-tensorflow" and pd.isna(sam["vs keras3-jax %"])
 
@@ -87,9 +93,12 @@ def test_speedup_names_a_winner_only_where_the_intervals_separate(config):
     cells = repeats("keras3-jax", [10, 11, 12]) + repeats("keras3-tensorflow", [11, 12, 13]) + repeats(
         "keras3-torch", [30, 31, 32])
     bert = tables.speedup_table(summary(cells), FRAMEWORKS, FRAMEWORKS).loc[("bert", "fit", 32, "float32")]
-    assert bert[tables.BEST] == "keras3-jax (tie: keras3-tensorflow)"
-    assert bert[["vs keras3-tensorflow", "vs keras3-torch"]].tolist() == [tables.TIE, "+182%"]
+    assert bert[tables.BEST] == "keras3-jax (not shown to differ: keras3-tensorflow)"
+    assert bert[["vs keras3-tensorflow", "vs keras3-torch"]].tolist() == ["not shown to differ", "+182%"]
     assert bert["vs keras3-tensorflow %"] == 9        # the number stays in the CSV
+    # Welch's verdict beside it, BH-adjusted over the table's two tests: the torch column is slower
+    assert bert["vs keras3-tensorflow Welch"].startswith("not shown to differ (q=")
+    assert bert["vs keras3-torch Welch"].startswith("slower (q=")
 
 
 def test_speedup_row_whose_keras3_cells_all_failed_has_no_best(config, results):
@@ -166,7 +175,7 @@ def test_parity_counts_failed_cells_that_built_their_model(config):
     assert tables.parity_flags(long)[("gemma", "fit", 8, "bfloat16")] == "total +1.6%, trainable +inf%"
     assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"], readable=True).loc[
         ("gemma", "fit", 8, "bfloat16")].tolist() == ["failed: LoRANotApplied", "10.00 ± 0.00*",
-                                                      "total +1.6%, trainable +inf%"]
+                                                      "total +1.6%, trainable +inf%", ""]
 
 
 # ---------------------------------------------------------------- the mixed-precision study
@@ -206,7 +215,7 @@ def test_precision_speedup_is_baseline_over_precision_beside_the_claim(study):
     assert list(table.columns) == ["fp32 / fp16 x", "fp32 / fp16 verdict", "fp32 / bf16 x", "fp32 / bf16 verdict",
                                    "claimed x", "claim"]
     jax = table.loc[("resnet50", "fit", 128, "keras3-jax")]
-    assert jax.tolist() == [1.5, "different", 1.2, "different", 1.5, "1.5x faster ResNet-50 training"]
+    assert jax.tolist() == [1.5, "different*", 1.2, "different*", 1.5, "1.5x faster ResNet-50 training"]
     native = table.loc[("resnet50", "fit", 128, "native-torch-eager")]
     assert pd.isna(native["fp32 / fp16 x"]) and native["fp32 / bf16 x"] == 2.0     # a failed cell has no ratio
 
@@ -233,7 +242,7 @@ def test_an_adapters_unsupported_reads_apart_from_a_configured_na(config):
         result(config, "sam", "predict", 4, "keras3-torch", status="unsupported",
                error=cell.error_info("NotSupported", "keras3 adapter has no sam predict"))])
     assert tables.ms_per_step_table(long, FRAMEWORKS, readable=True).loc[("sam", "predict", 4, "float32")].tolist() \
-        == ["n/a: not configured", "unsupported: keras3 adapter has no sam predict", ""]
+        == ["n/a: not configured", "unsupported: keras3 adapter has no sam predict", "", ""]
 
 
 def test_speedup_carries_the_parity_flag_of_its_row(config):
@@ -251,3 +260,64 @@ def test_a_profile_reproducing_the_anchor_names_what_it_cannot_per_row(config, r
     # every Keras 3 column: the timer and the versions; the Keras LoRA dtype only on LLM fit rows
     assert table.loc[("bert", "fit", 32, "float32"), tables.UNREPRODUCED] == "timing-rules, versions"
     assert "native-trainer-loop" not in table[tables.UNREPRODUCED].str.cat()     # no native column in this table
+
+
+def test_precision_verdicts_with_repeats_get_welchs_beside_the_intervals(config):
+    def run(precision, means):
+        return [result(config, "resnet50", "fit", 128, "keras3-jax", ms, precision=precision, repeat=i + 1)
+                for i, ms in enumerate(means)]
+    table = tables.precision_speedup_table(summary(run("float32", [300, 302, 304]) + run("mixed_float16",
+                                                                                          [200, 201, 202])),
+                                           ["keras3-jax"], "float32", CLAIMS)
+    row = table.loc[("resnet50", "fit", 128, "keras3-jax")]
+    assert row["fp32 / fp16 verdict"] == "different" and row["fp32 / fp16 Welch"].startswith("faster (q=")
+
+
+def test_a_one_repeat_cell_without_synced_blocks_shows_no_interval_and_gets_no_verdict(config):
+    """A record made before synced blocks: its step times may be dispatch times, so no interval is drawn."""
+    old = result(config, "bert", "predict", 256, "keras3-jax", steps=[0.3] * 19 + [5360.0])
+    del old.timing["block_ms"], old.timing["block_steps"]
+    other = result(config, "bert", "predict", 256, "keras3-tensorflow", 100.0)
+    rows = summary([old, other]).set_index("framework")
+    assert rows.loc["keras3-jax", "text"] == "268.28 (no interval)" and pd.isna(rows.loc["keras3-jax", "ci_low_ms"])
+    table = tables.speedup_table(summary([old, other]), FRAMEWORKS, FRAMEWORKS)
+    assert table.iloc[0]["vs keras3-jax"] == "no interval"
+
+
+def test_resnet50_columns_are_counted_as_the_networks_they_built_and_the_row_says_so(config):
+    """keras.applications builds ResNet v1 (stride on the first 1x1 conv), torchvision v1.5 (on the 3x3): their
+    FLOPs per step differ, so their MFU is each against its own count, and the row is flagged."""
+    cells = [result(config, "resnet50", "fit", 16, f, 100.0) for f in ("native-torch-eager", "keras3-jax", "keras2")]
+    rows = summary(cells).set_index("framework")
+    keras_flops, torch_flops = rows.loc["keras3-jax", "flops_per_step"], rows.loc["native-torch-eager",
+                                                                                    "flops_per_step"]
+    assert keras_flops == rows.loc["keras2", "flops_per_step"] and 0.90 < keras_flops / torch_flops < 0.97
+    flag = tables.network_flags(summary(cells))[("resnet50", "fit", 16, "float32")]
+    assert flag.startswith("FLOPs/step differ by ") and "ResNet v1 (stride on the first 1x1 conv" in flag
+    assert "torchvision): native-torch-eager (" in flag and "keras.applications): keras3-jax, keras2 (" in flag
+    table = tables.ms_per_step_table(summary(cells), ["native-torch-eager", "keras2", "keras3-jax"])
+    assert table.iloc[0][tables.NETWORKS] == flag
+    assert tables.network_flags(summary([result(config, "bert", "fit", 32, f, 10.0) for f in FRAMEWORKS])).eq(
+        "").all()
+
+
+def test_mfu_uses_the_nvml_name_and_the_arithmetic_every_product_could_run_in(config):
+    """The anchor profile's torch float32 SD fit on an A100: the probe says fp32 matmuls, cuDNN's TF32 switch was
+    left on. Its MFU is against TF32 for the convolutions, not the fp32 peak alone (which a fast step exceeds)."""
+    out = result(config, "stable_diffusion", "fit", 8, "native-torch-eager", 0.05, device="cpu")
+    out.provenance["device_facts"] = {"nvml": {"name": "NVIDIA A100-SXM4-40GB"}}
+    out.numerics["precision_switches"] = {"torch.backends.cuda.matmul.allow_tf32": False,
+                                          "torch.backends.cudnn.allow_tf32": True}
+    row = summary([out]).iloc[0]
+    assert row.arithmetic == "fp32 matmuls, tf32 convolutions"
+    assert 19.5 < row.peak_tflops < 156.0 and row.mfu == pytest.approx(row.tflops_per_s / row.peak_tflops)
+    out.provenance["environment_variables"] = {"NVIDIA_TF32_OVERRIDE": "0"}       # TF32 off everywhere
+    assert summary([out]).iloc[0].arithmetic == "fp32"
+
+
+def test_throughput_says_what_an_example_is(config):
+    table = tables.throughput_table(summary([result(config, "stable_diffusion", "predict", 13, "keras3-jax", 10.0),
+                                             result(config, "bert", "predict", 256, "keras3-jax", 10.0)]))
+    assert table.loc[("stable_diffusion", "predict", 13, "float32", "keras3-jax"), "one example is"].startswith(
+        "latent through one guided denoising step")
+    assert table.loc[("bert", "predict", 256, "float32", "keras3-jax"), "one example is"] == "sequence"

@@ -95,3 +95,30 @@ def test_the_first_output_is_kept_through_keep_before_later_steps_overwrite_it()
         return buffer
     times = timing.measure(step, lambda out: None, warmup=1, timed=3, keep=np.copy)
     assert times.first_output[0] == 1.0 and times.last_output[0] == 3.0
+
+
+def test_the_window_is_split_into_blocks_each_closed_by_a_device_sync():
+    clock = FakeClock([5.0] + [0.010] * 4)
+    times = timing.measure(clock.step, clock.sync, warmup=1, timed=4, clock=clock, blocks=2)
+    assert clock.events == [("sync", None), "step", ("sync", "out"), "step", "step", ("sync", "out"), "step",
+                            "step", ("sync", "out")]
+    assert times.block_steps == [2, 2] and times.block_ms == pytest.approx([20.0, 20.0])
+    assert sum(times.block_ms) == pytest.approx(times.window_ms) == pytest.approx(sum(times.step_ms))
+
+
+def test_each_synced_block_holds_the_device_work_of_its_own_steps_whatever_the_dispatch_times():
+    """Steps that only queue work return at once: their step_ms are dispatch times and the drain lands on the last
+    step of each block; the synced blocks still measure each block's device time."""
+    device = AsyncDevice(work_s=0.010, n=11)
+    times = timing.measure(device.step, device.sync, warmup=1, timed=10, clock=device, blocks=5)
+    assert times.block_steps == [2] * 5
+    assert times.block_ms == pytest.approx([2 * 10.1] * 5)
+    assert times.step_ms[0] == pytest.approx(0.1) and times.step_ms[1] == pytest.approx(20.1)
+
+
+@pytest.mark.parametrize("timed, blocks, sizes", [(20, 10, [2] * 10), (7, 10, [1] * 7), (10, 3, [3, 4, 3]),
+                                                  (100, 10, [10] * 10), (5, 1, [5])])
+def test_blocks_cover_every_timed_step_once(timed, blocks, sizes):
+    clock = FakeClock([0.0] + [0.001] * timed)
+    times = timing.measure(clock.step, clock.sync, warmup=1, timed=timed, clock=clock, blocks=blocks)
+    assert times.block_steps == sizes and sum(times.block_steps) == timed

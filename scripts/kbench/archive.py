@@ -253,10 +253,25 @@ def timing_arithmetic(result: cell.CellResult) -> list[str]:
         found.append(f"{len(steps)} per-step times, but the spec times {result.spec['steps']['timed']} steps")
     if not math.isclose(sum(steps), timing_record["window_ms"], rel_tol=1e-6):
         found.append(f"window_ms {timing_record['window_ms']} is not the sum of its step_ms ({sum(steps)})")
+    if "block_ms" in timing_record:         # the synced blocks (schema 6): the same window, the same steps
+        if not math.isclose(sum(timing_record["block_ms"]), timing_record["window_ms"], rel_tol=1e-6):
+            found.append(f"window_ms {timing_record['window_ms']} is not the sum of its block_ms")
+        if sum(timing_record["block_steps"]) != len(steps):
+            found.append(f"block_steps add up to {sum(timing_record['block_steps'])}, not its {len(steps)} steps")
     for key, value in timing.summarize(steps).items():
         if not math.isclose(timing_record[key], value, rel_tol=1e-9, abs_tol=1e-9):
             found.append(f"{key} {timing_record[key]} is not that of its step_ms ({value})")
     return found
+
+
+def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult]], out: Path) -> None:
+    """Every profile's tables and the departures page, as rules tables and departures make them, into out/."""
+    for profile in config["profiles"]:
+        in_run_order = [r for c in matrix.cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
+        tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile, profile,
+                     config["precision_study"]["baseline"], config["precision_study"]["claims"],
+                     departures.unreproduced(config, profile))
+    departures.write(config["departures"], config["profile_defs"], out)
 
 
 def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[str]:
@@ -272,13 +287,7 @@ def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[st
                 if name.startswith(prefix) and not name.endswith("run_facts.html")}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        for profile in config["profiles"]:
-            in_run_order = [r for c in matrix.cells(config, run.suite) if c.profile == profile
-                            for r in cells.get(c.cell_id, [])]
-            tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile,
-                         profile, config["precision_study"]["baseline"], config["precision_study"]["claims"],
-                         departures.unreproduced(config, profile))
-        departures.write(config["departures"], config["profile_defs"], out)
+        build_tables(config, run.suite, cells, out)
         rebuilt = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     problems = [f"{prefix}{name}: differs from the table rebuilt from the cell JSONs"
                 for name in sorted(set(archived) & set(rebuilt)) if archived[name] != rebuilt[name]]

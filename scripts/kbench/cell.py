@@ -16,11 +16,12 @@ from datetime import datetime, timezone
 
 from kbench import files
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "unsupported")
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
+# (5: timing had no synced blocks, block_ms; such a record of one repeat gets no within-run interval.)
 _ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1}, 3: {"evidence": None, "repeat": 1},
-                4: {"repeat": 1}}
+                4: {"repeat": 1}, 5: {}}
 
 
 class SchemaError(ValueError):
@@ -117,21 +118,33 @@ class CellResult:
             **{k: timing.get(k) for k in ("n", "mean_ms", "median_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms",
                                           "first_step_ms", "window_ms", "examples_per_s", "tokens_per_s")},
             "step_ms": timing.get("step_ms"),
+            "block_means": _block_means(timing),
             "generated_tokens_per_step": timing.get("generated_tokens_per_step"),
             "loss_first": loss.get("first_timed_step"), "loss_last": loss.get("last_timed_step"),
             "weights_dtype": numerics.get("weights_dtype"), "compute_dtype": numerics.get("compute_dtype"),
             "probe_class": (numerics.get("probe") or {}).get("observed_class"),
+            "precision_switches": numerics.get("precision_switches"),
+            "tf32_override": (prov.get("environment_variables") or {}).get("NVIDIA_TF32_OVERRIDE"),
             "params_total": params.get("total"), "params_trainable": params.get("trainable"),
             "peak_host_rss_mib": _mib(memory.get("peak_host_rss_bytes")),
             "peak_device_mib": _mib(memory.get("peak_device_bytes")),
             "nvml_used_mib": _mib(memory.get("nvml_used_bytes_after_steps")),
-            "device": prov.get("device"), "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
+            "device": prov.get("device"), "gpu_name": ((prov.get("device_facts") or {}).get("nvml") or {}).get("name"),
+            "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
             "environment_lock_sha256": (prov.get("environment") or {}).get("lock_sha256"),
             "packages": ", ".join(f"{k}=={v}" for k, v in sorted((prov.get("packages") or {}).items())),
             "spec_digest": self.spec_digest,
             # what derived figures (FLOPs) are computed from; not written to the CSVs
             "arch": spec["arch"], "inputs": spec["inputs"], "task_options": spec["task_options"],
+            "adapter": spec.get("framework_def", {}).get("adapter"),
         }
+
+
+def _block_means(timing: dict) -> list[float] | None:
+    """Mean ms/step of each synced block of the window (kbench.timing), or None for a record without them."""
+    if not timing.get("block_ms"):
+        return None
+    return [ms / steps for ms, steps in zip(timing["block_ms"], timing["block_steps"])]
 
 
 def _mib(n: int | None) -> float | None:

@@ -1,6 +1,8 @@
 """Two runs side by side (archives or results directories): per cell old and new ms/step, % change, the packages and
-images that changed, and whether the change is significant (Welch's t-test over both sides' repeats; with one repeat
-a side, a noise band that is not a test).
+images that changed, and whether the change is significant: Welch's t-test over both sides' repeat means, its
+p-values adjusted over every cell tested in the comparison (Benjamini-Hochberg: among the changes reported at
+q < 0.05, about 5% are expected to be false, however many cells a run has); with one repeat a side, a noise band that
+is not a test. Direction, size and test all use the same statistic: the mean of the repeats' means.
 
     python scripts/archive.py compare OLD NEW [--suite S] [--noise-floor PCT] [--out diff.csv]
 """
@@ -24,17 +26,18 @@ NOISE_FLOOR_PCT = 10.0
 
 
 def compare(old: Run, new: Run, noise_floor_pct: float = NOISE_FLOOR_PCT) -> pd.DataFrame:
-    """Per cell: old and new ms/step (median of each side's repeats), % change, and a verdict. With 2 or more repeats
-    on both sides the verdict is Welch's t-test on the repeat means ("significant: faster/slower" at p < 0.05,
-    else "no significant change"); with one repeat on a side it falls back to the noise band ("faster"/"slower" or
-    "within noise (±N%)", not a test: rerun with repeats to know)."""
+    """Per cell: old and new ms/step (the mean of each side's repeat means), % change, and a verdict. With 2 or more
+    repeats on both sides the verdict is Welch's t-test on the repeat means, BH-adjusted over the tested cells
+    ("faster"/"slower" at q < 0.05, else "no significant change"); with one repeat on a side it falls back to the
+    noise band ("faster"/"slower" or "within noise (±N%)", not a test: rerun with repeats to know)."""
     old_cells, new_cells = old.cells(), new.cells()
-    rows = []
+    rows, tested = [], []
     for cell_id in list(dict.fromkeys([*old_cells, *new_cells])):
         a, b = old_cells.get(cell_id), new_cells.get(cell_id)
         row = {"cell": cell_id, "old ms": ms(a), "new ms": ms(b), "repeats": repeats(a, b), "change %": None,
                "verdict": "", "significant": "", "packages changed": package_changes(a, b),
                "image changed": image_change(a, b)}
+        rows.append(row)
         if a is None or b is None:
             row["verdict"] = "only in new" if a is None else "only in old"
         elif a == b:
@@ -44,24 +47,30 @@ def compare(old: Run, new: Run, noise_floor_pct: float = NOISE_FLOOR_PCT) -> pd.
         else:
             change = (row["new ms"] / row["old ms"] - 1) * 100
             row["change %"] = round(change, 1)
-            direction = "slower" if change > 0 else "faster"
             if len(a) >= 2 and len(b) >= 2:
-                p = stats.welch_p([r.mean_ms for r in a], [r.mean_ms for r in b])
-                row["significant"] = f"yes (Welch p={p:.3f})" if p < stats.SIGNIFICANCE else f"no (Welch p={p:.3f})"
-                row["verdict"] = direction if p < stats.SIGNIFICANCE else "no significant change"
+                tested.append((row, stats.welch_p([r.mean_ms for r in a], [r.mean_ms for r in b])))
             else:
                 band = noise_band_pct(a[0], b[0], noise_floor_pct)
                 row["significant"] = "untested (1 repeat)"
-                row["verdict"] = f"within noise (±{band:.0f}%)" if abs(change) <= band else direction
-        rows.append(row)
+                row["verdict"] = f"within noise (±{band:.0f}%)" if abs(change) <= band else direction(change)
+    for (row, p), q in zip(tested, stats.adjusted([p for _, p in tested])):
+        found = q < stats.SIGNIFICANCE
+        row["significant"] = f"{'yes' if found else 'no'} (Welch q={q:.3f}, p={p:.3f})"
+        row["verdict"] = direction(row["change %"]) if found else "no significant change"
+    for row in rows:
+        row["old ms"], row["new ms"] = (None if v is None else round(v, 2) for v in (row["old ms"], row["new ms"]))
     return pd.DataFrame(rows)
 
 
+def direction(change_pct: float) -> str:
+    return "slower" if change_pct > 0 else "faster"
+
+
 def ms(repeats: list[cell.CellResult] | None) -> float | None:
-    """The side's ms/step: the median of its repeats' means, when every repeat is ok."""
+    """The side's ms/step: the mean of its repeats' means (kbench.stats' estimate), when every repeat is ok."""
     if not repeats or any(r.mean_ms is None for r in repeats):
         return None
-    return round(statistics.median(r.mean_ms for r in repeats), 2)
+    return statistics.fmean(r.mean_ms for r in repeats)
 
 
 def repeats(a: list | None, b: list | None) -> str:

@@ -79,23 +79,32 @@ def attention(batch_heads: int, q_len: int, kv_len: int, qk_dim: int, v_dim: int
 # ---------------------------------------------------------------- tally
 
 
+MATMUL, CONV = "matmul", "convolution"
+
+
 class _Tally:
     """Named FLOP parts of one step. add(part, flops, grads): the forward FLOPs of one product, and, in a fit step,
     `grads` products of the same size in its backward (2: weight and input gradient, or both attention operands;
     1: one of them; 0: none), tallied under "backward: <part>". prefixed(p) is a view whose parts are named p + part
     (the prefill and decode parts of a generate call), sharing the same parts."""
 
-    def __init__(self, training: bool, prefix: str = "", parts: dict | None = None):
+    def __init__(self, training: bool, prefix: str = "", parts: dict | None = None, kinds: dict | None = None):
         self.training, self.prefix = training, prefix
         self.parts = {} if parts is None else parts
+        self.kinds = {} if kinds is None else kinds         # part -> "matmul" | "convolution"
 
     def prefixed(self, prefix: str) -> "_Tally":
-        return _Tally(self.training, self.prefix + prefix, self.parts)
+        return _Tally(self.training, self.prefix + prefix, self.parts, self.kinds)
 
-    def add(self, part: str, flops: int, grads: int = 0) -> None:
+    def add(self, part: str, flops: int, grads: int = 0, kind: str = MATMUL) -> None:
+        """kind: what runs the product on a GPU, which decides its arithmetic (cuBLAS matmul or cuDNN
+        convolution: torch switches TF32 apart for the two)."""
         part = self.prefix + part
+        if self.kinds.setdefault(part, kind) != kind:
+            raise ValueError(f"FLOP part {part!r} mixes {self.kinds[part]} and {kind}")
         self.parts[part] = self.parts.get(part, 0) + flops
         if self.training and grads:
+            self.kinds["backward: " + part] = kind
             self.parts["backward: " + part] = self.parts.get("backward: " + part, 0) + grads * flops
 
     def attention(self, part: str, scores_values: tuple[int, int], grads: int = 0) -> None:
@@ -203,7 +212,7 @@ def _sam_image_encoder(spec: dict, t: _Tally, b: int) -> None:
     a = spec["arch"]
     dim, heads, inter = a["encoder_hidden_dim"], a["encoder_num_heads"], a["encoder_intermediate_dim"]
     head_dim, grid, window, out = dim // heads, models.sam_embedding_size(a), a["window_size"], a["embedding_dim"]
-    t.add("patch embedding", conv2d(b, 3, dim, a["patch_size"], grid, grid), grads=1)
+    t.add("patch embedding", conv2d(b, 3, dim, a["patch_size"], grid, grid), grads=1, kind=CONV)
     for i in range(a["encoder_num_layers"]):
         if i in a["global_attention_layer_indices"]:
             kind, windows, side = "global attention", b, grid
@@ -215,7 +224,8 @@ def _sam_image_encoder(spec: dict, t: _Tally, b: int) -> None:
         t.attention(kind, attention(windows * heads, side * side, side * side, head_dim), grads=2)
         t.add(f"{kind} relative-position terms", 2 * (2 * windows * heads * side * side * side * head_dim), grads=2)
         t.add("MLP", linear(b * grid * grid, dim, inter) + linear(b * grid * grid, inter, dim), grads=2)
-    t.add("neck convs", conv2d(b, dim, out, 1, grid, grid) + conv2d(b, out, out, 3, grid, grid), grads=2)
+    t.add("neck convs", conv2d(b, dim, out, 1, grid, grid) + conv2d(b, out, out, 3, grid, grid), grads=2,
+          kind=CONV)
 
 
 def _sam_prompt_and_mask_decoder(spec: dict, t: _Tally, b: int) -> None:
@@ -250,9 +260,9 @@ def _sam_prompt_and_mask_decoder(spec: dict, t: _Tally, b: int) -> None:
             cross(n_img, n_tok)                                              # image -> token
         cross(n_tok, n_img)                                                  # final_attn_token_to_image
         t.add("mask decoder upscaling", conv_transpose2d(1, c, c // 4, 2, grid, grid)
-              + conv_transpose2d(1, c // 4, c // 8, 2, 2 * grid, 2 * grid))
+              + conv_transpose2d(1, c // 4, c // 8, 2, 2 * grid, 2 * grid), kind=CONV)
         t.add("mask decoder MLPs", masks * (2 * linear(1, c, c) + linear(1, c, c // 8)))     # hypernetworks
-        t.add("mask decoder upscaling", 2 * masks * (c // 8) * (4 * grid) ** 2)            # hyper_in @ upscaled
+        t.add("mask decoder mask products", 2 * masks * (c // 8) * (4 * grid) ** 2)        # hyper_in @ upscaled
         hidden, depth = a["iou_head_hidden_dim"], a["iou_head_depth"]
         t.add("mask decoder MLPs", linear(1, c, hidden) + (depth - 2) * linear(1, hidden, hidden)
               + linear(1, hidden, masks))                                    # iou_prediction_head
@@ -272,9 +282,9 @@ def _sam_predict(spec: dict, t: _Tally) -> None:
 def _resnet_block(t: _Tally, part: str, n: int, c_in: int, c_out: int, size: int, temb: int = 0, grads: int = 0):
     """diffusers ResnetBlock2D: conv1 Conv2d(c_in, c_out, 3), time_emb_proj Linear(temb, c_out) on the n timestep
     embeddings (UNet only), conv2 Conv2d(c_out, c_out, 3), conv_shortcut Conv2d(c_in, c_out, 1) when c_in != c_out."""
-    t.add(part, conv2d(n, c_in, c_out, 3, size, size) + conv2d(n, c_out, c_out, 3, size, size), grads)
+    t.add(part, conv2d(n, c_in, c_out, 3, size, size) + conv2d(n, c_out, c_out, 3, size, size), grads, CONV)
     if c_in != c_out:
-        t.add(part, conv2d(n, c_in, c_out, 1, size, size), grads)
+        t.add(part, conv2d(n, c_in, c_out, 1, size, size), grads, CONV)
     if temb:
         t.add("time embedding", linear(n, temb, c_out), grads)
 
@@ -298,7 +308,7 @@ def _unet(spec: dict, t: _Tally, n: int) -> None:
 
     def transformer(c, size):
         tok = n * size * size
-        t.add("transformer proj_in/proj_out", 2 * conv2d(n, c, c, 1, size, size))
+        t.add("transformer proj_in/proj_out", 2 * conv2d(n, c, c, 1, size, size), kind=CONV)
         t.add("self-attention projections", 4 * linear(tok, c, c))
         t.attention("self-attention", attention(n * heads, size * size, size * size, c // heads))
         t.add("cross-attention projections", 2 * linear(tok, c, c) + 2 * linear(n * text, ctx, c))
@@ -306,7 +316,7 @@ def _unet(spec: dict, t: _Tally, n: int) -> None:
         t.add("GEGLU feed-forward", linear(tok, c, 8 * c) + linear(tok, 4 * c, c))
 
     t.add("time embedding", linear(n, ch[0], temb) + linear(n, temb, temb))
-    t.add("conv_in/conv_out", conv2d(n, kw["in_channels"], ch[0], 3, size, size))
+    t.add("conv_in/conv_out", conv2d(n, kw["in_channels"], ch[0], 3, size, size), kind=CONV)
     skips, c_prev = [ch[0]], ch[0]
     for i, (c, kind) in enumerate(zip(ch, kw["down_block_types"])):
         for j in range(layers):
@@ -317,7 +327,7 @@ def _unet(spec: dict, t: _Tally, n: int) -> None:
         c_prev = c
         if i < len(ch) - 1:
             size = conv_size(size, 3, 2, 1)
-            t.add("down/upsample convs", conv2d(n, c, c, 3, size, size))
+            t.add("down/upsample convs", conv2d(n, c, c, 3, size, size), kind=CONV)
             skips.append(c)
     _resnet_block(t, "resnet convs", n, c_prev, c_prev, size, temb)
     transformer(c_prev, size)
@@ -330,8 +340,8 @@ def _unet(spec: dict, t: _Tally, n: int) -> None:
                 transformer(c, size)
         if i < len(ch) - 1:
             size *= 2
-            t.add("down/upsample convs", conv2d(n, c, c, 3, size, size))
-    t.add("conv_in/conv_out", conv2d(n, ch[0], kw["out_channels"], 3, size, size))
+            t.add("down/upsample convs", conv2d(n, c, c, 3, size, size), kind=CONV)
+    t.add("conv_in/conv_out", conv2d(n, ch[0], kw["out_channels"], 3, size, size), kind=CONV)
 
 
 def _sd_predict(spec: dict, t: _Tally) -> None:
@@ -350,7 +360,7 @@ def _sd_fit(spec: dict, t: _Tally) -> None:
     a, b = spec["arch"], spec["batch_size"]
     kw = models.diffusers_sd_kwargs(a)["vae_encoder"]
     ch, size = kw["block_out_channels"], a["image_size"]
-    t.add("conv_in/conv_out", conv2d(b, kw["in_channels"], ch[0], 3, size, size), grads=1)
+    t.add("conv_in/conv_out", conv2d(b, kw["in_channels"], ch[0], 3, size, size), grads=1, kind=CONV)
     c_prev = ch[0]
     for i, c in enumerate(ch):
         for j in range(kw["layers_per_block"]):
@@ -358,38 +368,42 @@ def _sd_fit(spec: dict, t: _Tally) -> None:
         c_prev = c
         if i < len(ch) - 1:
             size = conv_size(size + 1, 3, 2, 0)
-            t.add("downsample convs", conv2d(b, c, c, 3, size, size), grads=2)
+            t.add("downsample convs", conv2d(b, c, c, 3, size, size), grads=2, kind=CONV)
     _resnet_block(t, "resnet convs", b, c_prev, c_prev, size, grads=2)
     t.add("mid-block attention projections", 4 * linear(b * size * size, c_prev, c_prev), grads=2)
     t.attention("mid-block attention", attention(b, size * size, size * size, c_prev), grads=2)
     _resnet_block(t, "resnet convs", b, c_prev, c_prev, size, grads=2)
     out = 2 * kw["out_channels"] if kw["double_z"] else kw["out_channels"]
-    t.add("conv_in/conv_out", conv2d(b, c_prev, out, 3, size, size), grads=2)
+    t.add("conv_in/conv_out", conv2d(b, c_prev, out, 3, size, size), grads=2, kind=CONV)
 
 
-# ---------------------------------------------------------------- ResNet-50 (torchvision)
+# ---------------------------------------------------------------- ResNet-50 (torchvision v1.5, keras.applications v1)
 
 RESNET50_LAYERS = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))   # (planes, Bottleneck blocks, stride)
 
 
 def _resnet50_fit(spec: dict, t: _Tally) -> None:
-    """torchvision.models.resnet50 (= keras.applications.ResNet50 but for its stride placement, see below) at
-    image_size: conv1 Conv2d(3, 64, 7, stride 2, padding 3) (weight gradient only: the images need none), maxpool
-    3x3 stride 2; layer1-4 of Bottleneck (ResNet v1.5: the stride on conv2): conv1 1x1 (in, planes), conv2 3x3
-    (planes, planes, stride), conv3 1x1 (planes, 4 planes), and on each layer's first block the downsample
-    Conv2d(in, 4 planes, 1, stride); avgpool; fc Linear(2048, num_classes). Fit trains everything."""
+    """The column's ResNet-50 at image_size (kbench.models.resnet50_stride_on: torchvision's v1.5 or
+    keras.applications' v1): conv1 Conv2d(3, 64, 7, stride 2, padding 3) (weight gradient only: the images need
+    none), maxpool 3x3 stride 2; layer1-4 of Bottleneck: conv1 1x1 (in, planes), conv2 3x3 (planes, planes), conv3
+    1x1 (planes, 4 planes), the block's stride on conv2 (v1.5) or on conv1 (v1, which so runs conv1 and conv2 on the
+    smaller grid), and on each layer's first block the downsample Conv2d(in, 4 planes, 1, stride); avgpool; fc
+    Linear(2048, num_classes). Fit trains everything. keras' convolution biases are additions, not counted."""
     a, b = spec["arch"], spec["batch_size"]
+    v1 = models.resnet50_stride_on(spec.get("framework_def", {}).get("adapter")) == "1x1"
     size = conv_size(a["image_size"], 7, 2, 3)
-    t.add("stem conv", conv2d(b, 3, 64, 7, size, size), grads=1)
+    t.add("stem conv", conv2d(b, 3, 64, 7, size, size), grads=1, kind=CONV)
     size, inplanes = conv_size(size, 3, 2, 1), 64
     for planes, blocks, stride in RESNET50_LAYERS:
         for k in range(blocks):
             step = stride if k == 0 else 1
             out = conv_size(size, 3, step, 1)
-            t.add("bottleneck convs", conv2d(b, inplanes, planes, 1, size, size)
-                  + conv2d(b, planes, planes, 3, out, out) + conv2d(b, planes, 4 * planes, 1, out, out), grads=2)
+            first = out if v1 else size         # the grid conv1 runs on
+            t.add("bottleneck convs", conv2d(b, inplanes, planes, 1, first, first)
+                  + conv2d(b, planes, planes, 3, out, out) + conv2d(b, planes, 4 * planes, 1, out, out), grads=2,
+                  kind=CONV)
             if k == 0:
-                t.add("downsample convs", conv2d(b, inplanes, 4 * planes, 1, out, out), grads=2)
+                t.add("downsample convs", conv2d(b, inplanes, 4 * planes, 1, out, out), grads=2, kind=CONV)
             size, inplanes = out, 4 * planes
     t.add("fc", linear(b, inplanes, a["num_classes"]), grads=2)
 
@@ -404,19 +418,33 @@ _STEPS = {("bert", "fit"): _bert, ("bert", "predict"): _bert,
           ("resnet50", "fit"): _resnet50_fit}
 
 
-def breakdown(spec: dict) -> dict[str, int]:
-    """FLOPs of one step of the cell by named part (forward parts, then "backward: <part>" in a fit); the values add
-    up to per_step(spec)."""
+def _tally(spec: dict) -> _Tally:
     step = _STEPS.get((spec["model"], spec["task"]))
     if step is None:
         raise ValueError(f"no FLOP formula for {spec['model']} {spec['task']}; known: {sorted(_STEPS)}")
     tally = _Tally(training=spec["task"] == "fit")
     step(spec, tally)
-    return tally.result()
+    return tally
+
+
+def breakdown(spec: dict) -> dict[str, int]:
+    """FLOPs of one step of the cell by named part (forward parts, then "backward: <part>" in a fit); the values add
+    up to per_step(spec)."""
+    return _tally(spec).result()
 
 
 def known(model: str, task: str) -> bool:
     return (model, task) in _STEPS
+
+
+def by_kind(spec: dict) -> dict[str, int]:
+    """FLOPs of one step split by what runs them on a GPU: {"matmul": ..., "convolution": ...} (kbench.peaks takes
+    each at the peak of its own arithmetic)."""
+    tally = _tally(spec)
+    totals = dict.fromkeys((MATMUL, CONV), 0)
+    for part, count in tally.parts.items():
+        totals[tally.kinds[part]] += count
+    return totals
 
 
 def per_step(spec: dict) -> int:

@@ -166,7 +166,7 @@ def settings(config: dict, profile: str, model: str, task: str, framework: str) 
     profile keeps that applies to the cell; a cell its framework cannot compile runs uncompiled in any profile."""
     base = config["settings"]
     jit = config["framework_defs"][framework]["jit_compile"]
-    resolved = {"tf32": base["tf32"], "warmup": base["warmup"], "jit_compile": jit}
+    resolved = {"tf32": base["tf32"], "warmup": base["warmup"], "sync_blocks": base["sync_blocks"], "jit_compile": jit}
     if "lora_rank" in config["model_defs"][model]["tasks"][task]:
         resolved["lora_dtype"] = base["lora_dtype"]
     for departure in config["departures"]:
@@ -212,6 +212,7 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
         "arch": size_def["arch"],
         "inputs": size_def["inputs"],
         "task_options": task_options,
-        "steps": {"warmup": cell_settings["warmup"], "timed": suite["steps"]["timed"]},
+        "steps": {"warmup": cell_settings["warmup"], "timed": suite["steps"]["timed"],
+                  "blocks": cell_settings["sync_blocks"]},
         "seed": config["seed"],
     }

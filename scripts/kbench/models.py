@@ -218,3 +218,26 @@ def diffusers_sd_kwargs(arch: dict) -> dict:
             "double_z": True,   # 2 * latent_channels moments: the anchor's fit target
         },
     }
+
+
+# ---------------------------------------------------------------- ResNet-50: two networks under one name
+
+# Where each library's ResNet-50 puts the stride of a downsampling bottleneck block. keras.applications (Keras 3 and
+# tf.keras: keras/src/applications/resnet.py block1, `Conv2D(filters, 1, strides=stride)` first) builds the
+# original ResNet (v1): the stride on the first 1x1 convolution. torchvision (models/resnet.py Bottleneck:
+# `self.conv2 = conv3x3(width, width, stride)`) builds v1.5: the stride on the 3x3 one, about 6% more FLOPs at 224 px.
+RESNET50_STRIDE_ON = {"keras3": "1x1", "keras2": "1x1", "native_torch": "3x3"}
+RESNET50_VARIANT = {"1x1": "ResNet v1 (stride on the first 1x1 conv; keras.applications)",
+                    "3x3": "ResNet v1.5 (stride on the 3x3 conv; torchvision)"}
+
+
+def resnet50_stride_on(adapter: str | None) -> str:
+    """"1x1" (v1) or "3x3" (v1.5) for the column's adapter; torchvision's where the adapter is not a column's."""
+    return RESNET50_STRIDE_ON.get(adapter, "3x3")
+
+
+def network_name(model: str, adapter: str | None) -> str:
+    """The network a column builds under the model's name, where libraries differ (ResNet-50), else the model."""
+    if model == "resnet50":
+        return RESNET50_VARIANT[resnet50_stride_on(adapter)]
+    return model

@@ -19,7 +19,7 @@ matplotlib.use("Agg")      # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from kbench import tables  # noqa: E402
+from kbench import stats, tables  # noqa: E402
 
 PLOTS = ("ms_per_step", "speedup", "first_step")
 FORMATS = ("png", "svg")
@@ -43,7 +43,7 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
     """One panel per table row, one bar per framework; a cell without a value gets its status written in.
     interval: error bars from the cell's 95% interval (ci_low_ms .. ci_high_ms)."""
     rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
-    parity = tables.parity_flags(summary)
+    parity, networks = tables.parity_flags(summary), tables.network_flags(summary)
     fig, axes = _panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
         by_framework = group.set_index("framework")
@@ -52,9 +52,11 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
         heights = [by_framework.at[f, value] if good else 0.0 for f, good in zip(present, ok)]
         errors = None
         if interval:
-            errors = [[h - by_framework.at[f, "ci_low_ms"] if good else 0 for f, h, good in zip(present, heights, ok)],
-                      [by_framework.at[f, "ci_high_ms"] - h if good else 0 for f, h, good in zip(present, heights,
-                                                                                                  ok)]]
+            def reach(f, h, good, bound):       # a cell without an interval gets no error bar
+                value = by_framework.at[f, bound] if good else h
+                return 0.0 if pd.isna(value) else abs(value - h)
+            errors = [[reach(f, h, good, "ci_low_ms") for f, h, good in zip(present, heights, ok)],
+                      [reach(f, h, good, "ci_high_ms") for f, h, good in zip(present, heights, ok)]]
         ax.bar(range(len(present)), heights, color=[f"C{frameworks.index(f)}" for f in present], yerr=errors,
                capsize=3)
         for i, f in enumerate(present):
@@ -62,8 +64,9 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
                 text = "n/a" if by_framework.at[f, "status"] == "unsupported" else "failed"
                 ax.text(i, 0, text, rotation=90, ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
-        flag = parity.get(key, "")
-        ax.set_title(row_label(*key) + (f"\nparams differ: {flag}" if flag else ""), fontsize=9,
+        flag = ("params differ: " + parity.get(key, "")) if parity.get(key, "") else ""
+        flag = flag or ("networks differ" if networks.get(key, "") else "")
+        ax.set_title(row_label(*key) + (f"\n{flag}" if flag else ""), fontsize=9,
                      color="firebrick" if flag else "black")
         ax.set_ylabel(ylabel, fontsize=8)
         if log:
@@ -80,18 +83,19 @@ def speedup_chart(summary: pd.DataFrame, frameworks: list[str], keras3: list[str
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(table)), 4.5))
     width = 0.8 / max(len(columns), 1)
     for i, column in enumerate(columns):
-        ties = table[column.removesuffix(" %")] == tables.TIE
+        ties = table[column.removesuffix(" %")].str.startswith((stats.NOT_SHOWN, "no interval"))
         bars = ax.bar([x + i * width for x in range(len(table))], table[column].fillna(0), width,
                       label=column.removeprefix("vs ").removesuffix(" %"), color=f"C{i}")
         for bar, tie in zip(bars, ties):
             if tie:
                 bar.set_hatch("//")
                 bar.set_alpha(0.35)
-    labels = [row_label(*k) + ("\n(params differ)" if flag else "") for k, flag in zip(table.index,
-                                                                                       table["params_parity"])]
+    labels = [row_label(*k) + ("\n(params differ)" if flag else "\n(networks differ)" if net else "")
+              for k, flag, net in zip(table.index, table["params_parity"], table[tables.NETWORKS])]
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(table))], labels, fontsize=7, rotation=30, ha="right")
     ax.axhline(0, color="black", linewidth=0.5)
-    ax.set_ylabel("best Keras 3 of the row faster by, % (other / best - 1); hatched: tie", fontsize=8)
+    ax.set_ylabel("best Keras 3 of the row faster by, % (other / best - 1); hatched: not shown to differ",
+                  fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell, departures, flops, peaks, stats
+from kbench import cell, departures, flops, models, peaks, stats
 from kbench.precision import label as precision_table_label
 
 ROW_KEYS = ["model", "task", "batch_size", "precision"]
@@ -43,8 +43,7 @@ FORMATS = ("csv", "md", "html")
 OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv"]
 UNREPRODUCED = "anchor settings not reproduced"
 BEST = "best Keras 3 (lowest of the row)"
-TIE = "tie (within CI)"
-ONE_RUN = "*"          # marks an interval from one repeat's steps (within-run only)
+NETWORKS = "networks differ"
 
 
 def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
@@ -61,15 +60,22 @@ def summary_table(long: pd.DataFrame) -> pd.DataFrame:
 
 
 # What an ok cell's summary adds (empty for a cell that is not ok).
-MEASURED = ("estimate_ms", "ci_low_ms", "ci_high_ms", "ci_method", "first_step_ms", "examples_per_s", "tokens_per_s",
-            "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu", "peak_device_mib", "nvml_used_mib",
-            "peak_host_rss_mib")
+MEASURED = ("estimate_ms", "ci_low_ms", "ci_high_ms", "ci_method", "repeat_means", "first_step_ms", "examples_per_s",
+            "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu", "peak_device_mib",
+            "nvml_used_mib", "peak_host_rss_mib")
+
+
+def estimate_text(estimate: stats.Estimate) -> str:
+    """How a table shows an estimate: "mean ± half-width" of the interval the verdicts use (* one repeat)."""
+    if estimate.low is None:
+        return f"{estimate.ms:.2f} (no interval)"
+    return f"{estimate.ms:.2f} ± {estimate.half_width:.2f}" + (stats.ONE_RUN if estimate.one_run else "")
 
 
 def summarize_cell(repeats: pd.DataFrame) -> dict:
     first = repeats.iloc[0]
     ok = repeats[repeats.status == "ok"]
-    row = {k: first[k] for k in ("cell_id", "suite", "profile", *ROW_KEYS, "framework", "params_total",
+    row = {k: first[k] for k in ("cell_id", "suite", "profile", *ROW_KEYS, "framework", "adapter", "params_total",
                                  "params_trainable", "device", "runtime", "compute_dtype", "weights_dtype")}
     row.update(dict.fromkeys(MEASURED), repeats=len(repeats), repeats_ok=len(ok))
     if len(ok) < len(repeats):              # a cell is ok only if every repeat is: the worst repeat speaks for it
@@ -77,32 +83,46 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
         row.update(status=bad.status, text=bad.text + (f" ({len(repeats) - len(ok)} of {len(repeats)} repeats)"
                                                        if len(repeats) > 1 else ""))
         return row
-    estimate = stats.estimate(list(ok.mean_ms), list(ok.step_ms))
+    estimate = stats.estimate(list(ok.mean_ms), list(ok.block_means))
     spec_like = {"model": first.model, "task": first.task, "batch_size": first.batch_size, "arch": first.arch,
-                 "inputs": first.inputs, "task_options": first.task_options}
-    flop_count = flops.per_step(spec_like) if flops.known(first.model, first.task) else None
+                 "inputs": first.inputs, "task_options": first.task_options,
+                 "framework_def": {"adapter": first.adapter}}
+    known = flops.known(first.model, first.task)
+    flop_count = flops.per_step(spec_like) if known else None
     per_second = 1e3 / estimate.ms
-    arithmetic = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0])
-    peak = peaks.peak_tflops(first.device, arithmetic)
+    classes = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0], ok.precision_switches.iloc[0],
+                               {"NVIDIA_TF32_OVERRIDE": first.tf32_override})
+    # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none)
+    device = first.gpu_name if isinstance(first.gpu_name, str) else first.device
+    least_s = peaks.peak_seconds(device, flops.by_kind(spec_like), classes) if known else None
     tflops = flop_count * per_second / 1e12 if flop_count else None
     row.update(
-        status="ok", text=f"{estimate.ms:.2f} ± {estimate.half_width:.2f}" + (ONE_RUN if estimate.method == "steps"
-                                                                               else ""),
-        estimate_ms=estimate.ms, ci_low_ms=estimate.low, ci_high_ms=estimate.high, ci_method=estimate.method,
+        status="ok", text=estimate_text(estimate), estimate_ms=estimate.ms, ci_low_ms=estimate.low,
+        ci_high_ms=estimate.high, ci_method=estimate.method, repeat_means=json.dumps(list(estimate.means)),
         first_step_ms=ok.first_step_ms.median(), examples_per_s=first.batch_size * per_second,
         tokens_per_s=(ok.generated_tokens_per_step.iloc[0] * per_second
                       if pd.notna(ok.generated_tokens_per_step.iloc[0]) else None),
-        flops_per_step=flop_count, tflops_per_s=tflops, arithmetic=arithmetic, peak_tflops=peak,
-        mfu=tflops / peak if tflops and peak else None,
+        flops_per_step=flop_count, tflops_per_s=tflops, arithmetic=peaks.label(classes),
+        # the peak the step's products could reach together (each kind at its own arithmetic's peak)
+        peak_tflops=flop_count / least_s / 1e12 if least_s else None,
+        mfu=least_s * per_second if least_s else None,
         peak_device_mib=ok.peak_device_mib.max(), nvml_used_mib=ok.nvml_used_mib.max(),
         peak_host_rss_mib=ok.peak_host_rss_mib.max())
     return row
 
 
+def as_estimate(r) -> stats.Estimate:
+    """A summary row (a DataFrame row, or one read back from cells_summary.csv) as the Estimate it was made from."""
+    def bound(value):
+        return None if pd.isna(value) else float(value)
+    means = r.repeat_means if isinstance(r.repeat_means, str) else "[]"
+    return stats.Estimate(r.estimate_ms, bound(r.ci_low_ms), bound(r.ci_high_ms), int(r.repeats), r.ci_method,
+                          tuple(json.loads(means)))
+
+
 def estimates(summary: pd.DataFrame, row) -> dict[str, stats.Estimate]:
     """framework -> Estimate, for the ok cells of one table row."""
-    return {r.framework: stats.Estimate(r.estimate_ms, r.ci_low_ms, r.ci_high_ms, r.repeats, r.ci_method)
-            for r in row.itertuples() if r.status == "ok"}
+    return {r.framework: as_estimate(r) for r in row.itertuples() if r.status == "ok"}
 
 
 # ---------------------------------------------------------------- the tables
@@ -130,6 +150,7 @@ def ms_per_step_table(summary: pd.DataFrame, frameworks: list[str], unreproduced
             table[framework] = estimate[framework].astype(object).where(estimate[framework].notna(), text[framework])
             table[f"{framework} low"], table[f"{framework} high"] = low[framework], high[framework]
     table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
+    table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
     if unreproduced:
         columns = [f for f in frameworks if f in summary.framework.values]
         table[UNREPRODUCED] = [", ".join(departures.applying(list(unreproduced), model, task, columns))
@@ -155,6 +176,26 @@ def parity_flags(summary: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> 
     return counted.groupby(ROW_KEYS, sort=False).apply(flag, include_groups=False)
 
 
+def network_flags(summary: pd.DataFrame) -> pd.Series:
+    """Per row: "" where every column's network does the same FLOPs per step, else which networks the columns built
+    and how their FLOPs differ (kbench.flops counts per column where libraries build different networks under one
+    name, e.g. ResNet-50 v1 and v1.5): such a row's times are of different networks."""
+    counted = summary.dropna(subset=["flops_per_step"])
+
+    def flag(group: pd.DataFrame) -> str:
+        if group.flops_per_step.nunique() < 2:
+            return ""
+        low, high = group.flops_per_step.min(), group.flops_per_step.max()
+        built = []
+        for value, columns in group.groupby("flops_per_step", sort=True):
+            name = models.network_name(group.name[0], columns.adapter.iloc[0])
+            built.append(f"{name}: {', '.join(columns.framework)} ({value:.4g} FLOPs/step)")
+        return f"FLOPs/step differ by {high / low - 1:.1%}: " + "; ".join(built)
+    if counted.empty:
+        return pd.Series(dtype=str)
+    return counted.groupby(ROW_KEYS, sort=False).apply(flag, include_groups=False)
+
+
 def params_table(summary: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     """Parameter counts as "total" or "total (trainable)" per framework, and the parity flag."""
     def text(row) -> str:
@@ -170,33 +211,60 @@ def params_table(summary: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     return table
 
 
+def welch_verdicts(pairs: list[tuple[stats.Estimate, stats.Estimate] | None]) -> list[str]:
+    """Welch's verdict of each (reference, other) pair where both have 2 or more repeats ("" otherwise), its p-value
+    adjusted together with every other pair of the table (Benjamini-Hochberg): "faster (q=0.012)" says the other
+    column is faster than the reference."""
+    tested = [i for i, pair in enumerate(pairs) if pair and stats.testable(*pair)]
+    q = stats.adjusted([stats.welch_p(list(pairs[i][0].means), list(pairs[i][1].means)) for i in tested])
+    verdicts = [""] * len(pairs)
+    for i, value in zip(tested, q):
+        reference, other = pairs[i]
+        if value < stats.SIGNIFICANCE:
+            verdicts[i] = f"{'slower' if other.ms > reference.ms else 'faster'} (q={value:.3f})"
+        else:
+            verdicts[i] = f"{stats.NOT_SHOWN} (q={value:.3f})"
+    return verdicts
+
+
 def speedup_table(summary: pd.DataFrame, frameworks: list[str], keras3: list[str]) -> pd.DataFrame:
     """The best Keras 3 backend is selected per row, as the anchor did: the row's lowest Keras 3 estimate; a Keras 3
-    backend whose interval overlaps the best's is named as tied with it. Against each column: other/best - 1 in %
-    (the CSV always has it), and the verdict: that % only where the two intervals separate."""
+    backend whose interval overlaps the best's is named as not shown to differ from it. Against each column:
+    other/best - 1 in % (the CSV always has it), and two verdicts: the intervals' (that % only where they separate;
+    * where either side is one repeat) and, where both sides have repeats, Welch's (BH-adjusted over the table)."""
     table = pd.DataFrame(index=_rows(summary))
-    best_names, best_ms, numbers, verdicts = [], [], {f: [] for f in frameworks}, {f: [] for f in frameworks}
+    best_names, best_ms = [], []
+    numbers, verdicts, pairs = ({f: [] for f in frameworks} for _ in range(3))
     for key in table.index:
         found = estimates(summary, summary.set_index(ROW_KEYS).loc[[key]].reset_index())
         candidates = {f: e for f, e in found.items() if f in keras3}
         best = min(candidates, key=lambda f: candidates[f].ms) if candidates else None
         tied = [f for f in candidates if f != best and not stats.separate(candidates[f], candidates[best])]
-        best_names.append(None if best is None else best + (f" (tie: {', '.join(tied)})" if tied else ""))
+        best_names.append(None if best is None else best + (f" (not shown to differ: {', '.join(tied)})"
+                                                            if tied else ""))
         best_ms.append(None if best is None else round(candidates[best].ms, 2))
         for framework in frameworks:
             if best is None or framework not in found:
                 numbers[framework].append(None)
                 verdicts[framework].append("")
+                pairs[framework].append(None)
                 continue
             percent = round((found[framework].ms / candidates[best].ms - 1) * 100)
             numbers[framework].append(percent)
-            verdicts[framework].append("best" if framework == best else f"{percent:+d}%"
-                                       if stats.separate(found[framework], candidates[best]) else TIE)
+            verdicts[framework].append("best" if framework == best else
+                                       stats.interval_verdict(found[framework], candidates[best], f"{percent:+d}%"))
+            pairs[framework].append(None if framework == best else (candidates[best], found[framework]))
     table[BEST], table["best Keras 3 ms"] = best_names, best_ms
-    for framework in frameworks:
-        if framework in summary.framework.values:
-            table[f"vs {framework}"], table[f"vs {framework} %"] = verdicts[framework], numbers[framework]
+    present = [f for f in frameworks if f in summary.framework.values]
+    flat = [pair for f in present for pair in pairs[f]]
+    welch = iter(welch_verdicts(flat))
+    welch_by_framework = {f: [next(welch) for _ in pairs[f]] for f in present}
+    for framework in present:
+        table[f"vs {framework}"], table[f"vs {framework} %"] = verdicts[framework], numbers[framework]
+        if any(welch_by_framework[framework]):
+            table[f"vs {framework} Welch"] = welch_by_framework[framework]
     table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
+    table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
     return table
 
 
@@ -221,7 +289,8 @@ def precision_table(summary: pd.DataFrame, frameworks: list[str], baseline: str)
 def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseline: str,
                             claims: list[dict]) -> pd.DataFrame:
     """Rows model/task/batch/framework: baseline ms / ms of each other precision (x; above 1 is faster), from cells
-    that are ok at both precisions, whether their intervals separate, beside the claimed speedup."""
+    that are ok at both precisions, whether their intervals separate (* one repeat) and, with repeats on both sides,
+    Welch's verdict, beside the claimed speedup."""
     study = study_cells(summary, baseline)
     keys = STUDY_KEYS + ["framework"]
     if study.empty:
@@ -229,19 +298,22 @@ def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseli
     ok = study[study.status == "ok"].set_index(keys + ["precision"])
     table = pd.DataFrame(index=_study_rows(study, frameworks))
     for name in [p for p in study.precision.unique() if p != baseline]:
-        ratios, verdicts = [], []
+        ratios, verdicts, pairs = [], [], []
         for key in table.index:
-            a, b = (ok.loc[key + (p,)] if key + (p,) in ok.index else None for p in (baseline, name))
+            a, b = (as_estimate(ok.loc[key + (p,)]) if key + (p,) in ok.index else None for p in (baseline, name))
             if a is None or b is None:
                 ratios.append(None)
                 verdicts.append("")
+                pairs.append(None)
                 continue
-            ratios.append(round(a.estimate_ms / b.estimate_ms, 2))
-            separate = stats.separate(*(stats.Estimate(r.estimate_ms, r.ci_low_ms, r.ci_high_ms, r.repeats,
-                                                       r.ci_method) for r in (a, b)))
-            verdicts.append("different" if separate else TIE)
+            ratios.append(round(a.ms / b.ms, 2))
+            verdicts.append(stats.interval_verdict(a, b, "different"))
+            pairs.append((a, b))
         label = f"{precision_table_label(baseline)} / {precision_table_label(name)}"
         table[f"{label} x"], table[f"{label} verdict"] = ratios, verdicts
+        welch = welch_verdicts(pairs)
+        if any(welch):
+            table[f"{label} Welch"] = welch
     claimed = {(c["model"], c["task"]): c for c in claims}
     found = [claimed.get((model, task), {}) for model, task, _, _ in table.index]
     table["claimed x"] = [c.get("speedup") for c in found]
@@ -249,10 +321,21 @@ def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseli
     return table
 
 
+# What examples_per_s counts: one batch element of the step.
+EXAMPLE = {("bert", "fit"): "sequence", ("bert", "predict"): "sequence", ("resnet50", "fit"): "image",
+           ("sam", "fit"): "image", ("sam", "predict"): "image with its point prompt",
+           ("stable_diffusion", "fit"): "image",
+           ("stable_diffusion", "predict"): "latent through one guided denoising step (not a finished image)",
+           ("gemma", "fit"): "sequence", ("mistral", "fit"): "sequence",
+           ("gemma", "generate"): "sequence (one whole generate call)",
+           ("mistral", "generate"): "sequence (one whole generate call)"}
+
+
 def throughput_table(summary: pd.DataFrame) -> pd.DataFrame:
     ok = summary[summary.status == "ok"]
     table = ok.set_index(ROW_KEYS + ["framework"])[
         ["examples_per_s", "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu"]]
+    table.insert(1, "one example is", [EXAMPLE.get(key[:2], "batch element") for key in table.index])
     table = table.assign(flops_per_step=table.flops_per_step.map(lambda f: f"{f:.4g}" if pd.notna(f) else None),
                          mfu=(table.mfu * 100).round(2))
     return table.rename(columns={"mfu": "MFU %"}).round({"examples_per_s": 2, "tokens_per_s": 1,
@@ -291,9 +374,14 @@ def markdown(table: pd.DataFrame) -> str:
     return flat.astype(object).where(flat.notna(), "").to_markdown(index=False) + "\n"
 
 
-NOTE = (f"\nms/step: median of the repeats' means ± the half-width of its 95% interval (Student's t over the "
-        f"repeats; {ONE_RUN}: one repeat, an interval from its steps, within-run only). Columns whose intervals "
-        "overlap are a tie.\n")
+NOTE = ("\nms/step: the mean of the repeats' means ± the half-width of its 95% interval (Student's t over the "
+        f"repeats; {stats.ONE_RUN}: one repeat, t over its synced blocks, within-run only: it cannot see run-to-run "
+        "spread). Verdicts: the % where two intervals do not overlap; \"not shown to differ\" where they do, which "
+        "is not \"equal\": non-overlap is a strict test (with 3 repeats at 4% run-to-run spread it calls 0.5% of "
+        f"equal pairs different and finds a true 10% difference about 15% of the time); {stats.ONE_RUN} marks a "
+        "verdict resting on a one-repeat interval. Where both sides have repeats, the Welch column gives Welch's "
+        "t-test on the repeat means, its p-values adjusted over the table (Benjamini-Hochberg q, different at "
+        "q < 0.05; about 50% power in the same case).\n")
 
 
 def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_section: bool = False,
@@ -312,7 +400,8 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
           profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = long_table(results)
-    long.drop(columns=["step_ms", "arch", "inputs", "task_options"]).to_csv(out_dir / "cells_long.csv", index=False)
+    long.drop(columns=["step_ms", "block_means", "arch", "inputs", "task_options", "precision_switches"]).to_csv(
+        out_dir / "cells_long.csv", index=False)
     summary = summary_table(long)
     summary.to_csv(out_dir / "cells_summary.csv", index=False)
     write(ms_per_step_table(summary, frameworks, unreproduced), out_dir, "ms_per_step", profile,
@@ -323,9 +412,13 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
     write(precision_speedup_table(summary, frameworks, baseline, list(claims)), out_dir, "precision_speedup",
           profile, by_section=True)
     write(throughput_table(summary), out_dir, "throughput", profile,
-          note="\nFLOPs: model FLOPs per step (kbench.flops: 2 x multiply-accumulates of matrix products, "
-               "convolutions and attention); MFU: achieved / the device's dense peak for the arithmetic the cell "
-               "ran (kbench.peaks), GPUs only.\n")
+          note="\nexamples/s: batch elements per second (\"one example is\" says what one is: for SD predict a latent "
+               "through one denoising step, not an image). FLOPs: model FLOPs per step (kbench.flops: 2 x "
+               "multiply-accumulates of matrix products, convolutions and attention; per column where the libraries "
+               "build different networks). MFU: the time those FLOPs take at the device's dense peak for the "
+               "arithmetic each product could run in (matmuls as the float32 probe saw, convolutions as the "
+               "recorded switches allowed; kbench.peaks), over the measured time; peak TFLOP/s: the peak they "
+               "reach together. GPUs in kbench.peaks only.\n")
     write(memory_table(summary), out_dir, "memory", profile)
 
 

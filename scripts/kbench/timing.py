@@ -1,11 +1,13 @@
 """The one place that times steps, for every framework.
 
 The timed window is bracketed by device syncs (the anchor had none), so it holds all the device work of exactly the
-`timed` steps, and mean ms/step = window / timed. Inside the window nothing extra syncs, so a framework's own async
+`timed` steps, and mean ms/step = window / timed. The window is split into `blocks` runs of consecutive steps, each
+closed by a device sync (10 syncs over the paper's 100 steps): block_ms[j] is the device time of block j, the
+within-run sample kbench.stats draws an interval from. Inside a block nothing extra syncs, so a framework's own async
 dispatch overlaps steps as in any training loop. step_ms[i] is the host-observed time from the return of step i-1 to
-the return of step i; the entries add up to the window exactly, the last one carrying the drain of queued work.
-Where a step returns host data (train_on_batch, generate) that is its device time; where it returns device arrays it is
-the dispatch cadence. The first `warmup` steps carry compilation and autotuning: each is synced on its own, reported as
+the return of step i; the entries add up to the window exactly, the last step of each block carrying the drain of
+its queued work. Where a step returns host data (train_on_batch, generate) that is its device time; where it returns
+device arrays it is the dispatch cadence, which no statistic here is drawn from. The first `warmup` steps carry compilation and autotuning: each is synced on its own, reported as
 first-step time, and never averaged in. The outputs of the first and last timed steps are kept (a fit step returns its
 loss; the first one through the workload's keep, a copy where a later step would overwrite it), and read only after
 the window closes.
@@ -23,6 +25,8 @@ class StepTimes:
     warmup_ms: list[float]      # the excluded first step(s), compile included, each synced
     step_ms: list[float]        # every timed step, return to return; sums to window_ms
     window_ms: float            # from the synced start of the first timed step to the synced end of the last
+    block_ms: list[float]       # each synced block of consecutive steps, sync to sync; sums to window_ms
+    block_steps: list[int]      # how many steps each block holds
     first_output: Any = None    # what the first and the last timed step returned
     last_output: Any = None
 
@@ -30,8 +34,16 @@ class StepTimes:
         return summarize(self.step_ms)
 
 
+def block_sizes(timed: int, blocks: int) -> list[int]:
+    """`blocks` runs of consecutive steps as equal as can be (fewer where there are fewer steps)."""
+    blocks = max(1, min(blocks, timed))
+    edges = [round(i * timed / blocks) for i in range(blocks + 1)]
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
 def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, timed: int,
-            clock: Callable[[], float] = time.perf_counter, keep: Callable[[Any], Any] = lambda out: out) -> StepTimes:
+            clock: Callable[[], float] = time.perf_counter, keep: Callable[[Any], Any] = lambda out: out,
+            blocks: int = 1) -> StepTimes:
     """keep(output) is what survives of the first timed step's output until the window closes: a copy where later
     steps reuse its memory (CUDA-graph replays); the last output is read right after the closing sync."""
     if warmup < 0 or timed < 1:
@@ -43,18 +55,23 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
         sync(step())
         warmup_ms.append((clock() - start) * 1e3)
 
+    sizes = block_sizes(timed, blocks)
     marks = [clock()]
+    block_marks = [marks[0]]
     first = None
-    for i in range(timed):
-        out = step()
-        marks.append(clock())
-        if i == 0:
-            first = keep(out)
-    sync(out)
-    marks[-1] = clock()                         # the last step ends when the device has finished everything
+    for size in sizes:
+        for _ in range(size):
+            out = step()
+            marks.append(clock())
+            if first is None:
+                first = (keep(out),)
+        sync(out)
+        marks[-1] = clock()                     # a block ends when the device has finished its steps
+        block_marks.append(marks[-1])
     step_ms = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
     return StepTimes(warmup_ms=warmup_ms, step_ms=step_ms, window_ms=(marks[-1] - marks[0]) * 1e3,
-                     first_output=first, last_output=out)
+                     block_ms=[(b - a) * 1e3 for a, b in zip(block_marks, block_marks[1:])], block_steps=sizes,
+                     first_output=first[0], last_output=out)
 
 
 def percentile(values: list[float], q: float) -> float:
