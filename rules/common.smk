@@ -1,4 +1,3 @@
-import glob
 import json
 import os
 import math
@@ -14,7 +13,7 @@ SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import config_check, departures, envs, matrix, precision, preflight, records, tables
+from kbench import config_check, departures, envs, matrix, precision, preflight, records, sources, tables
 
 try:      # every bad config: one line before any job (file and line, or key path; the bad value; what is allowed)
     config_check.check(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
@@ -92,14 +91,11 @@ def stack_lock_digest(wildcards):
 
 
 def harness_sources(wildcards):
-    """The code a cell runs: a change to the timer, the runner or the cell's adapter reruns the cells it touches."""
+    """The code a cell runs (every kbench module its runner and adapter import, kbench.sources): a change to any of
+    them reruns exactly the cells that run it."""
     if cell_of(wildcards).not_applicable:
         return []
-    adapter = matrix.adapter_of(config, wildcards.framework)
-    core = ["cell", "files", "runner", "timing", "lockcheck", "models", "precision", "numerics", "gpu", "preflight",
-            "cuda", "adapters/__init__", f"adapters/{adapter}"]
-    shared = sorted(glob.glob("scripts/kbench/adapters/_[!_]*.py"))    # helpers used by several adapters
-    return [f"scripts/kbench/{name}.py" for name in core] + shared
+    return sources.cell_sources(matrix.adapter_of(config, wildcards.framework))
 
 
 def cell_spec(wildcards):
@@ -164,3 +160,19 @@ def preflight_before_jobs():
         preflight.check(RUNTIME, config["accelerator"], stacks, tools=tools)
     except preflight.PreflightError as error:
         sys.exit(str(error))
+
+
+def note_gpu_preflight_on_a_dry_run():
+    """A dry run plans GPU cells on a host without a GPU silently (right for a cluster's submit host), but says in
+    one line that a real run here would stop at the preflight, and why."""
+    # (at parse time the executor is not chosen yet: the output settings are what know it is a dry run)
+    if not workflow.output_settings.dryrun or not preflight.is_gpu(config["accelerator"]):
+        return
+    found = preflight.problems(RUNTIME, config["accelerator"], suite_stacks(config["suite"]), tools=set())
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        print(f"note: dry run only: a real run on this host would stop at the GPU preflight: {found[0]}{more}; on a "
+              "cluster's submit host that is expected (each GPU job checks its own node)", file=sys.stderr)
+
+
+note_gpu_preflight_on_a_dry_run()

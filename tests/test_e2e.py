@@ -8,13 +8,14 @@ import math
 import socket
 import subprocess
 import tarfile
+import textwrap
 
 import pandas as pd
 import pytest
 import yaml
 
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, envs, launch, matrix, records
+from kbench import cell, envs, launch, matrix, records, sources
 
 pytestmark = pytest.mark.e2e
 # Every framework family in podman images (native PyTorch eager and compiled, Keras 2, Keras 3); host venvs for one.
@@ -156,6 +157,13 @@ def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
         lock = REPO / "envs" / f"{spec['framework_def']['stack']}.cpu.lock"
         assert prov["lock_check"]["lock_sha256"] == envs.sha256_file(lock) and prov["lock_check"]["result"] == "exact"
         assert prov["sync"] == SYNC_ON_CPU[BACKENDS[spec["framework"]]], where
+        # ... and the timer called it: once before the warm-up, after each warm-up step and each synced block
+        blocks = min(spec["settings"]["sync_blocks"], spec["steps"]["timed"])
+        assert result.evidence["sync_calls"] == 1 + spec["steps"]["warmup"] + blocks, where
+        assert timing["block_steps"] and sum(timing["block_steps"]) == spec["steps"]["timed"], where
+        assert math.isclose(sum(timing["block_ms"]), timing["window_ms"], rel_tol=1e-9), where
+        # every repository module the cell ran is an input of its rule (an edit to it reruns the cell)
+        assert set(prov["kbench_modules"]) <= set(sources.cell_modules(spec["framework_def"]["adapter"])), where
         assert result.memory["peak_host_rss_bytes"] > 50 * 2**20, where
         if spec["task"] == "fit":      # the same batch every step: a model that learns lowers its loss
             assert result.loss["last_timed_step"] < result.loss["first_timed_step"], (where, result.loss)
@@ -249,7 +257,7 @@ def test_a_diverging_fit_is_failed_for_its_non_finite_loss(precision_run, framew
     runtime, models, frameworks, tables, results = precision_run
     spec = matrix.spec({**CONFIG, "accelerator": "cpu"}, "tiny", "resnet50", "fit", 4, "float32", framework)
     spec["task_options"]["learning_rate"] = 1e10
-    spec["steps"] = {"warmup": 1, "timed": 4}
+    spec["steps"] = {"warmup": 1, "timed": 4, "blocks": 2}
     record = results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json"
     result = launch.run_cell(spec, "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", timeout_s=600)
     assert result.status == "failed" and result.error["type"] == "NonFiniteLoss", result.error
@@ -279,6 +287,7 @@ def expected_evidence(result: cell.CellResult) -> dict:
     profile keeps (a lora_dtype of "model" is the weights' dtype)."""
     expected = dict(result.spec["settings"])
     expected.pop("not_compilable", None)
+    expected["sync_blocks"] = min(expected["sync_blocks"], result.spec["steps"]["timed"])
     if expected.get("lora_dtype") == "model":
         expected["lora_dtype"] = result.spec["dtypes"]["weights"]
     return expected
@@ -340,3 +349,102 @@ def test_keras3_torch_compiles_in_the_strict_profile(families_run, tmp_path):
                              tmp_path / "cell.log", timeout_s=900)
     assert result.status == "ok", result.error
     assert result.evidence["jit_compile"] is True and spec["settings"]["jit_compile"] is True
+
+
+def run_in_image(results, stack, *parts, timeout=600):
+    """A Python snippet in a stack's image (offline, the repo's scripts mounted as the cells get them): the
+    adapters where their frameworks are importable, which the driver's venv is not."""
+    environment = records.read(results / "images" / f"{stack}.cpu.json")
+    code = f"CONFIG_JSON = {json.dumps(json.dumps({**CONFIG, 'accelerator': 'cpu'}))}\n" + "".join(
+        textwrap.dedent(part) for part in parts)
+    argv = ["podman", "run", "--rm", "-i", "--network", "none",
+            f"--volume={launch.REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", *launch.ulimit_args(),
+            environment["id"], "python", "-c", code]
+    proc = subprocess.run(argv, env=launch.process_env("podman"), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+ADAPTER_GUARDS = """
+    import contextlib, json
+    from kbench import adapters, matrix, runner
+    config = json.loads(CONFIG_JSON)
+
+    def workload(adapter, model, task, batch, precision, framework):
+        spec = matrix.spec(config, "tiny", model, task, batch, precision, framework)
+        return spec, adapters.build(adapters.load(adapter), spec)
+
+    def refused(spec, w):
+        w.step()
+        try:
+            runner.check_dtypes(spec, w.dtypes())
+        except runner.PrecisionMismatch as error:
+            return str(error)
+        return None
+"""
+
+
+def test_native_adapter_keeps_a_copy_of_outputs_and_its_autocast_is_observed(podman_run):
+    """In the native-torch image: a fit's kept first loss is a copy (a CUDA-graph replay overwrites the output it
+    returned: on a CPU there is no replay to show it, so the storage is compared); a mixed-precision cell whose
+    autocast did nothing (the adapter's autocast replaced by a null context) is refused as PrecisionMismatch."""
+    runtime, models, frameworks, tables, results = podman_run
+    out = run_in_image(results, "native-torch", ADAPTER_GUARDS, """
+        from kbench.adapters import native_torch
+        spec, w = workload("native_torch", "bert", "fit", 4, "float32", "native-torch-compiled")
+        loss = w.step()
+        kept = w.keep(loss)
+        assert kept.data_ptr() != loss.data_ptr() and float(kept) == float(loss), "keep must copy"
+        spec, w = workload("native_torch", "bert", "predict", 4, "mixed_bfloat16", "native-torch-eager")
+        assert refused(spec, w) is None, w.dtypes()
+        native_torch._autocast = lambda spec, device: contextlib.nullcontext
+        spec, w = workload("native_torch", "bert", "predict", 4, "mixed_bfloat16", "native-torch-eager")
+        print("REFUSED", refused(spec, w))
+    """)
+    assert "REFUSED precision mixed_bfloat16 names weights float32 and compute bfloat16, but the steps ran in " \
+           "weights float32 and compute float32" in out
+
+
+@pytest.mark.parametrize("stack, adapter, framework", [("keras3-jax", "keras3", "keras3-jax"),
+                                                       ("keras2", "keras2", "keras2")])
+def test_keras_adapters_dtype_policy_is_observed(podman_run, stack, adapter, framework):
+    """In the Keras images: a mixed-precision cell runs its policy's compute dtype; one whose dtype policy was
+    dropped (the shared prepare() without set_global_policy) is refused as PrecisionMismatch."""
+    runtime, models, frameworks, tables, results = podman_run
+    out = run_in_image(results, stack, ADAPTER_GUARDS, f"""
+        from kbench.adapters import _keras
+        spec, w = workload("{adapter}", "bert", "predict", 4, "mixed_bfloat16", "{framework}")
+        assert refused(spec, w) is None, w.dtypes()
+        _keras.prepare = lambda keras, spec: (keras.mixed_precision.set_global_policy("float32"), {{}})[1]
+        spec, w = workload("{adapter}", "bert", "predict", 4, "mixed_bfloat16", "{framework}")
+        print("REFUSED", refused(spec, w))
+    """)
+    assert "REFUSED precision mixed_bfloat16 names weights float32 and compute bfloat16, but the steps ran in " \
+           "weights float32 and compute float32" in out
+
+
+def test_a_stack_built_alone_and_beside_another_gets_the_same_image_id(podman_run, tmp_path):
+    """The synthetic stack (NumPy only) rebuilt with --no-cache alone, then twice at once as Snakemake would build
+    two stacks (each build's intermediates are the other's): one ID, and no history naming a `-tmp` intermediate."""
+    import threading
+    from kbench import images
+    runtime, models, frameworks, tables, results = podman_run
+    base, cache = results / "images" / "base.json", REPO / CONFIG["containers"]["uv_cache"]
+    tags = [f"localhost/kbench-test/synthetic:id-{name}" for name in ("alone", "beside-1", "beside-2")]
+
+    def build(tag, out):
+        out[tag] = images.build_stack("synthetic", "cpu", base, CONFIG["containers"]["source_date_epoch"], cache,
+                                      tmp_path / f"{tag.rsplit(':', 1)[1]}.json", no_cache=True, tag=tag)["id"]
+    built = {}
+    try:
+        build(tags[0], built)
+        workers = [threading.Thread(target=build, args=(tag, built)) for tag in tags[1:]]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert len(built) == 3 and len(set(built.values())) == 1, built
+        assert all(images.temporary_names(tag) == [] for tag in tags)
+    finally:
+        for tag in tags:
+            subprocess.run(["podman", "rmi", "--force", tag], env=launch.process_env("podman"), capture_output=True)

@@ -19,14 +19,19 @@ def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
             "dtypes": {"weights": "float64", "compute": "float64", "loss_scaling": False},
             "accelerator": "cpu", "settings": {"tf32": "off", "warmup": 1, "jit_compile": False},
             "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault, **task_options},
-            "steps": {"warmup": 1, "timed": timed}, "seed": 0}
+            "steps": {"warmup": 1, "timed": timed, "blocks": min(timed, 5)}, "seed": 0}
 
 
 @pytest.fixture
 def driver_environment(tmp_path):
-    """The test's own venv stands in for a stack environment (it has NumPy, all the synthetic adapter needs)."""
+    """The test's own venv stands in for a stack environment (it has NumPy, all the synthetic adapter needs), with
+    a lock of exactly what it holds."""
+    from kbench import lockcheck
+    lock = tmp_path / "driver-venv.lock"
+    lock.write_text("".join(f"{name}=={version}\n" for name, version in sorted(lockcheck.installed().items())))
     record = tmp_path / "environment.json"
-    record.write_text(json.dumps({"stack": "driver", "kind": "venv", "prefix": str(Path(sys.executable).parents[1])}))
+    record.write_text(json.dumps({"stack": "driver", "kind": "venv", "prefix": str(Path(sys.executable).parents[1]),
+                                  "lock": str(lock)}))
     return record
 
 
@@ -86,10 +91,44 @@ def test_cells_record_the_dtypes_their_steps_ran_in(tmp_path, driver_environment
     assert result.numerics["tf32"] == "off" and result.numerics["probe"]["observed_class"] == "fp32"
 
 
-def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_path):
+def test_the_record_has_the_dtypes_the_steps_ran_in_and_a_mismatch_fails_the_cell(tmp_path, driver_environment):
+    """The spec says float64 (its precision's dtypes); the workload computes in float32. The record must carry what
+    the steps ran in (never the spec's dtypes copied), and the cell is failed: its time is not the precision's."""
+    spec = synthetic_spec(dtype="float32")
+    result = run(tmp_path, driver_environment, spec)
+    assert (result.numerics["weights_dtype"], result.numerics["compute_dtype"]) == ("float32", "float32")
+    assert result.status == "failed" and result.error["type"] == "PrecisionMismatch", result.error
+    assert result.error["message"] == ("precision float32 names weights float64 and compute float64, but the steps "
+                                       "ran in weights float32 and compute float32")
+    assert result.timing is None
+
+
+def test_a_cell_without_a_lock_to_check_is_failed(tmp_path, driver_environment):
+    """An environment that names no lock (an image built without KBENCH_LOCK, a venv record without its lock)
+    cannot show which versions its number came from."""
+    record = json.loads(driver_environment.read_text())
+    del record["lock"]
+    driver_environment.write_text(json.dumps(record))
+    result = run(tmp_path, driver_environment, synthetic_spec())
+    assert result.status == "failed" and result.error["type"] == "LockUnchecked", result.error
+    assert result.provenance.get("lock_check") is None and result.timing is None
+
+
+def test_the_timer_calls_the_backends_sync_to_close_every_block(tmp_path, driver_environment):
+    """Counted in the record: once before the warm-up, once per warm-up step, once per synced block."""
+    spec = synthetic_spec(timed=10)
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "ok", result.error
+    assert result.evidence["sync_blocks"] == 5 and result.evidence["sync_calls"] == 1 + 1 + 5
+    assert result.timing["block_steps"] == [2] * 5
+    assert sum(result.timing["block_ms"]) == pytest.approx(result.timing["window_ms"])
+
+
+def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_path, driver_environment, monkeypatch):
     """In process (the launcher's own GPU preflight would stop it first on this host): the device check comes before
     the model is built, so the step that would fail the cell never runs."""
     from kbench import runner
+    monkeypatch.setenv("KBENCH_LOCK", json.loads(driver_environment.read_text())["lock"])
     spec = synthetic_spec("step")
     spec["accelerator"] = "gpu"
     result = runner.run(spec, {"runtime": "test"})
@@ -267,14 +306,18 @@ def test_a_launcher_error_is_a_failed_cell(tmp_path, driver_environment, monkeyp
     assert cell.read(tmp_path / "cell.json") == result
 
 
-def test_a_killed_driver_takes_its_running_cell_along(tmp_path, driver_environment):
+def kill_driver_mid_cell(tmp_path, driver_environment, slow_removal_s=0.0):
     """A stand-in Snakemake (a script named snakemake) starts the launcher, which starts a hanging cell with a child;
-    SIGKILL to the stand-in leaves the launcher an orphan: its watchdog kills the cell's group, and the launcher
-    exits without writing a record (the next run redoes the cell)."""
+    SIGKILL to the stand-in leaves the launcher an orphan, whose watchdog must kill the cell's group. slow_removal_s:
+    removing the cell takes that long after its group is dead (as removing a container does), the window in which
+    the launcher's main thread, its wait returned, once wrote a failed record. Returns the launcher's PIDs."""
     assert left_behind() == []
     launcher = tmp_path / "launcher.py"
     launcher.write_text(
-        "import json, sys\nfrom kbench import launch\n"
+        "import json, sys, threading, time\nfrom kbench import launch\n"
+        "kill = launch._Stop.kill\n"           # slow only where the watchdog (not the main thread) removes the cell
+        "launch._Stop.kill = lambda self: (kill(self), threading.current_thread() is threading.main_thread() or "
+        f"time.sleep({slow_removal_s}))\n"
         f"launch.run_cell(json.loads(sys.argv[1]), 'host', {str(driver_environment)!r}, {str(tmp_path / 'cell.json')!r},"
         f" {str(tmp_path / 'cell.log')!r}, 600)\n")
     driver = tmp_path / "snakemake"
@@ -289,10 +332,24 @@ def test_a_killed_driver_takes_its_running_cell_along(tmp_path, driver_environme
     launcher_pids = left_behind(str(launcher))
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 + slow_removal_s
     while (left_behind() or left_behind(str(launcher))) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert launcher_pids and left_behind() == [] and left_behind(str(launcher)) == []
+    return launcher_pids
+
+
+def test_a_killed_driver_takes_its_running_cell_along(tmp_path, driver_environment):
+    """The watchdog kills the cell's group, and the launcher exits without writing a record (the next run redoes
+    the cell)."""
+    kill_driver_mid_cell(tmp_path, driver_environment)
+    assert not (tmp_path / "cell.json").exists()
+
+
+def test_a_killed_driver_leaves_no_record_however_long_removing_the_cell_takes(tmp_path, driver_environment):
+    """The race behind an occasional finished-looking record: the cell's group is dead, so the main thread's wait
+    returns while the watchdog is still removing the cell. The main thread must never go on to write a record."""
+    kill_driver_mid_cell(tmp_path, driver_environment, slow_removal_s=3.0)
     assert not (tmp_path / "cell.json").exists()
 
 

@@ -14,7 +14,8 @@ CDI_SPEC = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n"
 
 
 def fake_host(tmp_path, driver="580.95.05", tools=("podman", "docker", "apptainer", "nvidia-smi"), cdi=True,
-              docker_runtimes='{"io.containerd.runc.v2":{},"nvidia":{}}', ldconfig="libnvidia-ml.so.1 => /usr/lib"):
+              docker_runtimes='{"io.containerd.runc.v2":{},"nvidia":{}}', ldconfig="libnvidia-ml.so.1 => /usr/lib",
+              files=(preflight.PODMAN_INIT,)):
     cdi_dir = tmp_path / "cdi"
     cdi_dir.mkdir(exist_ok=True)
     if cdi:
@@ -22,7 +23,7 @@ def fake_host(tmp_path, driver="580.95.05", tools=("podman", "docker", "apptaine
     outputs = {"nvidia-smi": f"0, NVIDIA H100 80GB HBM3, {driver}, GPU-1234\n",
                "docker": docker_runtimes + "\n", "ldconfig": ldconfig}
     return preflight.Host(which=lambda tool: f"/usr/bin/{tool}" if tool in tools else None,
-                          run=lambda argv: outputs[argv[0]], cdi_dirs=(str(cdi_dir),))
+                          run=lambda argv: outputs[argv[0]], cdi_dirs=(str(cdi_dir),), exists=lambda p: p in files)
 
 
 def test_a_good_gpu_host_passes(tmp_path):
@@ -65,6 +66,15 @@ def test_a_missing_runtime_binary_is_named_for_cpu_runs_too(tmp_path):
     found = preflight.problems("docker", "cpu", ["keras3-jax"], fake_host(tmp_path, tools=("podman",)))
     assert found == ["`docker` is not on PATH, and the cells need it; install it (scripts/bootstrap installs podman "
                      "on Debian), or run the cells in venvs: --config runtime=host"]
+
+
+def test_podman_without_the_init_every_cell_runs_under_is_named_for_cpu_runs_too(tmp_path):
+    """`podman run --init` starts catatonit; where only tini satisfied podman's recommendation (docker.io brings
+    it) every container cell exited 125 at start."""
+    found = preflight.problems("podman", "cpu", [], fake_host(tmp_path, files=()))
+    assert found == [f"podman: {preflight.PODMAN_INIT} is missing, and every cell runs with --init; install it: "
+                     "apt-get install catatonit (scripts/bootstrap does)"]
+    assert preflight.problems("podman", "cpu", [], fake_host(tmp_path)) == []
 
 
 def test_cuda_requirement_is_read_from_each_lock():

@@ -181,3 +181,15 @@ def test_lint_finds_nothing_but_the_cell_launchers_own_containers():
     assert [f for f in findings if f[1] != allowed] == []
     rules = {where for where, title in findings}
     assert all(where.startswith("rule ") for where in rules) and len(findings) == len(rules)
+
+
+def test_a_gpu_dry_run_on_a_host_without_a_gpu_plans_and_says_the_preflight_would_stop_it(tmp_path):
+    """Planned silently for a cluster's submit host, but one line says a real run here would not get past the
+    preflight, and why (this machine has no NVIDIA driver); a CPU dry run says nothing of the kind."""
+    gpu = snakemake("-n", "--cores", "1", "--config", "models=[bert]", f"results_dir={tmp_path}")
+    assert gpu.returncode == 0, gpu.stdout
+    notes = [line for line in gpu.stdout.splitlines() if line.startswith("note: dry run only")]
+    assert len(notes) == 1 and "no NVIDIA driver here (`nvidia-smi` is not on PATH)" in notes[0]
+    cpu = snakemake("-n", "--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "models=[bert]",
+                    f"results_dir={tmp_path}")
+    assert cpu.returncode == 0 and "note: dry run only" not in cpu.stdout

@@ -7,12 +7,19 @@ per stack and accelerator from containers/Containerfile and the stack's lock.
     python -m kbench.images docker-load --image-record R --archive FILE --record OUT      (on a Docker host)
     python -m kbench.images sif --image-record R --archive FILE --sif SIF --record OUT     (on an Apptainer host)
 
-Reproducible: fixed SOURCE_DATE_EPOCH and --timestamp, so the same base, lock and recipe give the same image ID.
-The tag derives from the lock's digest. Records are what cells depend on (and what their JSON names).
+Reproducible: fixed SOURCE_DATE_EPOCH and --timestamp, so the same base, lock and recipe give the same image ID,
+however the builds are scheduled: podman builds on one host run one at a time (a host-wide lock), because buildah
+commits each intermediate step under a random `<id>-tmp` name and the next step records its base by the image's
+first name; every stack's first steps give the same intermediate image (same base, same bootstrap lock), so a build
+running beside another could write the other's temporary name into its history, and so into its image ID. An image
+whose history still names a `-tmp` intermediate is refused. The tag derives from the lock's digest. Records are what
+cells depend on (and what their JSON names).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -28,6 +35,37 @@ REPO = launch.REPO
 RECIPE = REPO / "containers" / "Containerfile"
 DEBIAN_SUITE = "bookworm"
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+BUILD_LOCK = Path("/tmp/kbench-podman-build.lock")
+
+
+class UnreproducibleImage(RuntimeError):
+    """An image whose history names another build's temporary intermediate: its ID depends on scheduling."""
+
+
+@contextlib.contextmanager
+def one_build_at_a_time(lock: Path = BUILD_LOCK):
+    """Every podman build and import on this host, one after the other (whatever Snakemake runs in parallel, and
+    whichever Snakemake process asks)."""
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def temporary_names(image: str) -> list[str]:
+    """The history entries of an image that name a buildah intermediate (`<random>-tmp`)."""
+    history = json.loads(podman("image", "inspect", "--format", "{{json .History}}", image, capture=True)) or []
+    return [entry.get("comment", "") for entry in history if "-tmp" in entry.get("comment", "")]
+
+
+def check_reproducible(image: str) -> None:
+    names = temporary_names(image)
+    if names:
+        raise UnreproducibleImage(f"{image}: its history names a temporary intermediate of another build "
+                                  f"({names[0]!r}), so its ID depends on what was built beside it; rebuild it "
+                                  "(podman rmi, then the same command)")
 
 
 def podman(*args: str, capture: bool = False) -> str:
@@ -60,7 +98,8 @@ def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> di
                             f"--customize-hook={HOST_SPECIFIC}", DEBIAN_SUITE, str(rootfs)], check=True,
                            env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
             os.utime(rootfs, (epoch, epoch))
-            podman("import", "--quiet", str(rootfs), image, capture=True)
+            with one_build_at_a_time():
+                podman("import", "--quiet", str(rootfs), image, capture=True)
     else:
         if "@sha256:" not in source:
             raise ValueError(f"containers.base {source!r}: use 'debian' or an image pinned by digest (NAME@sha256:...)")
@@ -126,7 +165,9 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
     tag = tag or stack_tag(stack, accelerator, lock_sha)
     uv_cache.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache), capture=True)
+    with one_build_at_a_time():
+        podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache), capture=True)
+    check_reproducible(tag)
     info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),
             "lock": str(lock.relative_to(REPO)), "lock_sha256": lock_sha, "recipe_sha256": envs.sha256_file(RECIPE),
             "base_id": base["id"], "epoch": epoch, "build_seconds": round(time.monotonic() - started, 1)}

@@ -262,7 +262,8 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, text=True,
                                     env=process_env(runtime, environment), cwd=REPO, start_new_session=True)
             stop.process = proc
-            _Watchdog(stop).start()
+            watchdog = _Watchdog(stop)
+            watchdog.start()
             proc.stdin.write(json.dumps({"spec": spec, "context": context}))
             proc.stdin.close()
             try:
@@ -271,6 +272,8 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
                 stop.kill()
                 return cell.error_info("Timeout", f"cell process exceeded {timeout_s:.0f} s; its process group"
                                                   + (" and container were" if container else " was") + " killed")
+            finally:
+                watchdog.leave_if_abandoned()
         oom = stop.oom_killed()
         if (staging / RESULT_NAME).exists():
             os.replace(staging / RESULT_NAME, out)
@@ -330,12 +333,15 @@ class _Stop:
 
 
 class _Watchdog(threading.Thread):
-    """Kills the cell when the Snakemake process that runs this job is gone (SIGKILLed, or its node lost)."""
+    """Kills the cell when the Snakemake process that runs this job is gone (SIGKILLed, or its node lost), and then
+    the launcher, which must leave no record: a cell killed with its driver is not finished, and the next run (a
+    plain rerun, scripts/resume) redoes it only if nothing finished-looking is there."""
 
     def __init__(self, stop: _Stop, interval_s: float = 0.5):
         super().__init__(daemon=True)
         self.stop, self.interval_s = stop, interval_s
         self.driver = _driver()
+        self.abandoned = threading.Event()
 
     def run(self) -> None:
         if self.driver is None:
@@ -343,9 +349,18 @@ class _Watchdog(threading.Thread):
         pid, started = self.driver
         while self.stop.process.poll() is None:
             if _start_time(pid) != started:         # gone, or the PID reused by another process
+                self.abandoned.set()                # before the kill: the main thread's wait returns after it
                 self.stop.kill()
                 os._exit(137)
             time.sleep(self.interval_s)
+
+    def leave_if_abandoned(self) -> None:
+        """Called by the main thread when the cell process has ended: if the watchdog killed it for a dead driver,
+        wait for the watchdog to finish removing the cell (it then ends the process) and never return to write a
+        record."""
+        if self.abandoned.is_set():
+            self.join()
+            os._exit(137)
 
 
 def _driver() -> tuple[int, str] | None:

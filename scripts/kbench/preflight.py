@@ -8,6 +8,7 @@ submit host). Host facts are read through a `Host`, so tests hand it fake nvidia
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from kbench import cuda
 REPO = Path(__file__).resolve().parents[2]
 BINARIES = {"podman": "podman", "docker": "docker", "apptainer": "apptainer"}
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+# What `podman run --init` starts (containers.conf init_path's default); Debian's podman only recommends it.
+PODMAN_INIT = "/usr/libexec/podman/catatonit"
 
 
 class PreflightError(RuntimeError):
@@ -35,6 +38,7 @@ class Host:
     run: Callable[[list[str]], str] = _run
     cdi_dirs: tuple[str, ...] = CDI_DIRS
     read: Callable[[Path], str] = field(default=lambda path: Path(path).read_text())
+    exists: Callable[[str], bool] = os.path.exists
 
 
 def is_gpu(accelerator: str) -> bool:
@@ -58,6 +62,9 @@ def problems(runtime: str, accelerator: str, stacks: list[str], host: Host | Non
              f"install it (scripts/bootstrap installs podman on Debian)"
              + (", or run the cells in venvs: --config runtime=host" if tool == BINARIES.get(runtime) else "")
              for tool in sorted(tools) if not host.which(tool)]
+    if runtime == "podman" and host.which("podman") and not host.exists(PODMAN_INIT):
+        found.append(f"podman: {PODMAN_INIT} is missing, and every cell runs with --init; install it: "
+                     "apt-get install catatonit (scripts/bootstrap does)")
     if not stacks or not is_gpu(accelerator):
         return found
     return found + _driver(accelerator, stacks, host, repo) + _plumbing(runtime, host)

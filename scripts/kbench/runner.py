@@ -27,6 +27,17 @@ class NothingToTrain(Exception):
     """A fit whose model has no trainable parameters."""
 
 
+class LockUnchecked(Exception):
+    """A cell whose environment names no lock to check its packages against (KBENCH_LOCK unset: an image built
+    without it, a venv record without its lock): its number could come from any versions."""
+
+
+class PrecisionMismatch(Exception):
+    """A cell whose steps ran in other dtypes than its precision names (an autocast that did nothing, a dtype
+    policy that was dropped, a framework that falls back to float32 where it has no half-precision kernels): its time
+    would stand under the wrong precision's label."""
+
+
 class NonFiniteLoss(Exception):
     """A fit whose loss at the first or last timed step is inf or nan (an fp16 overflow, a diverged run): its time
     is that of broken arithmetic, so the cell is failed and can never win a table."""
@@ -56,6 +67,35 @@ def check_losses(losses: dict | None) -> None:
         raise NonFiniteLoss("non-finite loss: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in losses.items()))
 
 
+def check_dtypes(spec: dict, observed: dict[str, str]) -> None:
+    """The dtypes the steps ran in, as the workload observed them, must be those the precision names."""
+    expected = {kind: spec["dtypes"][kind] for kind in ("weights", "compute")}
+    if observed != expected:
+        raise PrecisionMismatch(f"precision {spec['precision']} names weights {expected['weights']} and compute "
+                                f"{expected['compute']}, but the steps ran in weights {observed.get('weights')} and "
+                                f"compute {observed.get('compute')}")
+
+
+def check_lock() -> dict:
+    """KBENCH_LOCK is set by the launcher (venv, preinstalled) or the image: the lock this environment was built from.
+    A cell with none to check is failed: the record must say which lock its packages are."""
+    if not os.environ.get("KBENCH_LOCK"):
+        raise LockUnchecked("KBENCH_LOCK is not set: no lock to check this environment's packages against (images "
+                            "set it in containers/Containerfile; a venv record names its lock)")
+    return lockcheck.verify(os.environ["KBENCH_LOCK"], os.environ.get("KBENCH_LOCK_MODE", "fail"))
+
+
+class CountedSync:
+    """The backend's sync as the timer calls it, counted: the record shows the calls reached the timer."""
+
+    def __init__(self, sync):
+        self.sync, self.calls = sync, 0
+
+    def __call__(self, output) -> None:
+        self.calls += 1
+        self.sync(output)
+
+
 def run(spec: dict, context: dict) -> cell.CellResult:
     # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
     # framework is first imported.
@@ -68,11 +108,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     backend = workload = losses = numerics_record = None
     memory = {}
     try:
-        # KBENCH_LOCK is set by the launcher (venv) or the image: the lock this environment was built from. The record
-        # says which lock was checked, so a cell that skipped the check is visible.
-        provenance["lock_check"] = (lockcheck.verify(os.environ["KBENCH_LOCK"],
-                                                     os.environ.get("KBENCH_LOCK_MODE", "fail"))
-                                    if os.environ.get("KBENCH_LOCK") else None)
+        provenance["lock_check"] = check_lock()
         adapter = adapters.load(spec["framework_def"]["adapter"])
         backend = adapter.backend()
         provenance["device_facts"] = {**backend.device(), "nvml": gpu.facts()}
@@ -83,11 +119,13 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         check_workload(spec, workload)
         memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
                       nvml_used_bytes_before_steps=gpu.used_bytes())
-        steps = timing.measure(workload.step, backend.sync, spec["steps"]["warmup"], spec["steps"]["timed"],
-                               keep=workload.keep)
+        sync = CountedSync(backend.sync)
+        steps = timing.measure(workload.step, sync, spec["steps"]["warmup"], spec["steps"]["timed"],
+                               keep=workload.keep, blocks=spec["steps"]["blocks"])
         memory["nvml_used_bytes_after_steps"] = gpu.used_bytes()
         losses = timed_losses(spec, steps)
         check_losses(losses)
+        check_dtypes(spec, workload.dtypes())
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
@@ -98,7 +136,8 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         result.timing = timed_result(steps, workload)
         # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
         # the warm-up steps it ran, and what the adapter observed of its objects
-        result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms), **workload.evidence()}
+        result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms),
+                           "sync_blocks": len(steps.block_ms), "sync_calls": sync.calls, **workload.evidence()}
     result.numerics = numerics_record
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
@@ -112,6 +151,10 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
                                  sync=backend.sync_name, memory_policy=backend.memory_policy,
                                  packages=backend.package_versions())
+    # what this process ran of the repository (rule cell's inputs must hold every one: kbench.sources)
+    # (this module runs as __main__ under `python -m`: its spec keeps its name)
+    result.provenance["kbench_modules"] = sorted({m for m in sys.modules if m.split(".")[0] == "kbench"}
+                                                 | {__spec__.name if __spec__ else __name__})
     result.provenance["finished_utc"] = cell.utc_now()
     result.repeat = int(context.get("repeat", 1))
     return result
@@ -154,6 +197,8 @@ def timed_result(steps: timing.StepTimes, workload) -> dict:
         "warmup_ms": steps.warmup_ms,
         "step_ms": steps.step_ms,
         "window_ms": steps.window_ms,
+        "block_ms": steps.block_ms,
+        "block_steps": steps.block_steps,
         "examples_per_s": workload.examples_per_step * per_second,
         **generated(steps, workload, per_second),
     }

@@ -11,6 +11,8 @@ spec["arch"]: {"matrix_size": N}; spec["task_options"]:
   build_s: seconds the build takes (or KBENCH_SYNTHETIC_BUILD_S): a cell that is surely running when a test
          interrupts the run
   trainable: how many of the 2*N*N parameters to report trainable (default all)
+  dtype: the dtype its matrices and products are in (default float64), whatever the spec's precision says: a
+         workload that ran in another dtype than it was asked for
   reuse_output: a fit whose steps return one buffer, overwritten by each step with a falling loss (as CUDA-graph
          replays reuse their output memory); the workload keeps a copy of the first
   device_ms: each step also queues this many milliseconds of work on a simulated asynchronous device (a worker
@@ -102,7 +104,8 @@ def _matmul(spec: dict, rng) -> Workload:
         time.sleep(3600)
     time.sleep(float(options.get("build_s") or os.environ.get("KBENCH_SYNTHETIC_BUILD_S") or 0))
     n = spec["arch"]["matrix_size"]
-    a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    dtype = np.dtype(options.get("dtype") or "float64")
+    a, b = rng.standard_normal((n, n)).astype(dtype), rng.standard_normal((n, n)).astype(dtype)
     trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504
     device_seconds = options.get("device_ms", 0) / 1e3

@@ -1,0 +1,45 @@
+"""Image builds give one ID however they are scheduled: podman builds run one at a time on a host, and an image whose
+history names another build's temporary intermediate is refused."""
+import json
+import threading
+import time
+
+import pytest
+
+from kbench import images
+
+
+def fake_history(monkeypatch, comments):
+    def podman(*args, capture=False):
+        assert args[:2] == ("image", "inspect")
+        return json.dumps([{"comment": c} for c in comments])
+    monkeypatch.setattr(images, "podman", podman)
+
+
+def test_an_image_whose_history_names_a_temporary_intermediate_is_refused(monkeypatch):
+    fake_history(monkeypatch, ["imported from tarball", "FROM localhost/kbench/base:bookworm",
+                               "FROM docker.io/library/3f1c9a0b2e7d4c55-tmp:latest", "FROM 1e1112fe998c"])
+    with pytest.raises(images.UnreproducibleImage, match="3f1c9a0b2e7d4c55-tmp:latest"):
+        images.check_reproducible("localhost/kbench/x:cpu-0")
+
+
+def test_an_image_whose_history_names_only_ids_and_names_is_accepted(monkeypatch):
+    fake_history(monkeypatch, ["imported from tarball", "FROM localhost/kbench/base:bookworm", "FROM 960f83c2aac9"])
+    images.check_reproducible("localhost/kbench/x:cpu-0")
+
+
+def test_builds_on_one_host_run_one_at_a_time(tmp_path):
+    lock, spans = tmp_path / "build.lock", []
+
+    def build(name):
+        with images.one_build_at_a_time(lock):
+            start = time.monotonic()
+            time.sleep(0.3)
+            spans.append((start, time.monotonic()))
+    workers = [threading.Thread(target=build, args=(i,)) for i in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
