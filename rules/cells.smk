@@ -19,8 +19,9 @@ rule cell:
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),     # resources are integers
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
-    # All cores to one cell: cells never share the CPU or the accelerator, so one cell cannot slow another. A lambda,
-    # since a cluster run has no --cores at parse time: its profile sets the cell job's CPUs (set-threads).
-    threads: lambda wildcards: workflow.cores
+    # CPU cells: all cores to one cell, so cells never share the CPU. GPU cells on a host with N GPUs: the cores in
+    # N shares, so N cells run side by side, each on a GPU of its own (kbench.launch.gpu_lease). A lambda, since a
+    # cluster run has no --cores at parse time: its profile sets the cell job's CPUs (set-threads).
+    threads: cell_threads
     script:
         "../scripts/run_cell.py"

@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 import math
@@ -56,7 +57,8 @@ def cell_jsons(cells, suite):
 def cell_of(wildcards):
     return matrix.Cell(wildcards.suite, wildcards.profile, wildcards.model, wildcards.task, int(wildcards.batch),
                        wildcards.precision, wildcards.framework,
-                       matrix.not_applicable_reason(config, wildcards.model, wildcards.task, wildcards.framework))
+                       matrix.not_applicable_reason(config, wildcards.model, wildcards.task, wildcards.framework,
+                                                    wildcards.precision))
 
 
 def environment_record(wildcards):
@@ -96,6 +98,21 @@ def harness_sources(wildcards):
     if cell_of(wildcards).not_applicable:
         return []
     return sources.cell_sources(matrix.adapter_of(config, wildcards.framework))
+
+
+@functools.cache
+def gpus_on_this_host():
+    """How many GPUs nvidia-smi lists here (1 where it lists none, or on a CPU run)."""
+    if not preflight.is_gpu(config["accelerator"]) or not shutil.which("nvidia-smi"):
+        return 1
+    try:
+        return max(1, len(preflight.gpus(preflight.Host())))
+    except Exception:       # the preflight names a broken driver; the plan stays one cell at a time
+        return 1
+
+
+def cell_threads(wildcards):
+    return max(1, workflow.cores // gpus_on_this_host())
 
 
 def cell_spec(wildcards):

@@ -19,7 +19,7 @@ def config():
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
 
-def snakemake(*args, cwd=REPO, timeout=1800):
+def snakemake(*args, cwd=REPO, timeout=1800, env=None):
     """Run the workflow's own CLI, as a user would; returns the completed process (output in .stdout)."""
-    return subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *args], cwd=cwd, text=True,
+    return subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *args], cwd=cwd, text=True, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)

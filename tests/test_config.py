@@ -63,7 +63,8 @@ BAD = [
     ("unknown model", lambda c: c["models"].append("llama"),
      "config key models[6] (see model_defs): 'llama' is not defined; allowed: bert, gemma, mistral, resnet50"),
     ("unknown precision", lambda c: c["precisions"].append("float8"),
-     "config key precisions[4]: 'float8' is not defined; allowed: bfloat16, float32, mixed_bfloat16, mixed_float16"),
+     "config key precisions[5]: 'float8' is not defined; allowed: bfloat16, float32, mixed_bfloat16, mixed_float16, "
+     "tf32"),
     ("model precision", lambda c: c["model_defs"]["resnet50"].update(precisions=["fp16"]),
      "config key model_defs.resnet50.precisions[0]: 'fp16' is not defined"),
     ("unknown adapter", lambda c: c["framework_defs"]["keras3-jax"].update(adapter="keras4"),

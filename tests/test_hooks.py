@@ -77,3 +77,24 @@ def test_the_synthetic_device_really_runs_behind_the_steps():
     synthetic.DEVICE.sync()
     synced = timing.measure(step, synthetic.DEVICE.sync, warmup=0, timed=5).summary()["mean_ms"]
     assert unsynced < 5 and synced >= 20
+
+
+def fake_jax(monkeypatch, calls):
+    device = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100", memory_stats=lambda: {})
+    config = types.SimpleNamespace(jax_default_matmul_precision=None, update=calls("config.update"))
+    install(monkeypatch, "jax", types.SimpleNamespace(devices=lambda: [device], config=config,
+                                                      block_until_ready=calls("block_until_ready")))
+    return _hooks.jax_hooks()
+
+
+def test_jax_float32_cells_get_the_f32_algorithm_preset_and_half_precision_cells_no_precision(monkeypatch, calls):
+    """A global "highest" tags every dot, bf16 too (no Triton GEMM fusion; jax issue 34917's crash inside while
+    loops, keras-hub's generate): only float32-compute cells get a precision, as the F32_F32_F32 preset."""
+    hooks = fake_jax(monkeypatch, calls)
+    hooks["set_tf32"]("off", "float32")
+    assert calls.calls == [("config.update", ("jax_default_matmul_precision", "F32_F32_F32"))]
+    calls.calls.clear()
+    for compute in ("bfloat16", "float16"):
+        hooks["set_tf32"]("off", compute)
+    hooks["set_tf32"]("library-default", "float32")
+    assert calls.calls == []

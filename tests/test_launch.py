@@ -188,7 +188,7 @@ def test_host_command_runs_the_runner_in_the_stack_python():
 
 
 def test_unknown_runtime_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="runtime 'lxc' is not supported; allowed: host, podman, docker, apptainer"):
+    with pytest.raises(ValueError, match="runtime .lxc. is not supported; allowed: host, preinstalled, podman, docker, apptainer"):
         launch.command("lxc", {}, Path("out.json"))
 
 

@@ -1,7 +1,7 @@
 from kbench import matrix, precision
 
 
-MIXED = ("float32", "mixed_float16", "mixed_bfloat16")
+MIXED = ("float32", "tf32", "mixed_float16", "mixed_bfloat16")
 
 
 def test_paper_suite_has_every_anchor_row_and_the_precision_study_for_every_framework(config):
@@ -80,9 +80,21 @@ def test_spec_carries_the_resolved_dtypes_every_adapter_reads(config):
 
 
 def test_every_precision_is_its_own_keras_policy():
-    """The Keras adapters set a policy from the resolved dtypes: it must be the precision it came from."""
+    """The Keras adapters set a policy from the resolved dtypes: it must be the precision it came from (tf32 is
+    float32 with TF32 switched on: the policy float32)."""
     for name in precision.PRECISIONS:
-        assert precision.keras_policy(precision.dtypes(name)) == name
+        assert precision.keras_policy(precision.dtypes(name)) == ("float32" if name == "tf32" else name)
+
+
+def test_tf32_cells_switch_tf32_on_in_every_profile_and_are_na_on_a_cpu(config):
+    for profile in ("strict", "anchor"):
+        spec = matrix.spec(config, "paper", "resnet50", "fit", 128, "tf32", "keras3-jax", profile)
+        assert spec["settings"]["tf32"] == "on" and "NVIDIA_TF32_OVERRIDE" not in spec["env"]
+        assert spec["dtypes"] == {"weights": "float32", "compute": "float32", "loss_scaling": False}
+    cpu = {**config, "accelerator": "cpu", "suite": "tiny"}
+    reasons = {c.not_applicable for c in matrix.cells(cpu) if c.precision == "tf32"}
+    assert reasons == {"TF32 is a tensor-core arithmetic of NVIDIA GPUs (Ampere and later): a CPU has none"}
+    assert all(c.not_applicable is None for c in matrix.cells(config) if c.precision == "tf32")
 
 
 

@@ -41,3 +41,21 @@ def test_a_float32_cell_must_be_float32_only_where_tf32_was_switched_off():
         numerics.check(tf32, "off")
     numerics.check(tf32, "library-default")      # the anchor's setting: recorded, not refused
     numerics.check(numerics.probe(lambda a, b: a @ b), "off")
+
+
+def test_only_a_float32_compute_cell_is_refused_for_a_reduced_precision_probe():
+    """The probe is a float32 matmul; a bf16 or fp16 cell computes none, and on JAX gets no matmul precision (its
+    probe then reads the default, TF32 on a GPU): recorded, not refused."""
+    tf32 = {"matmul_relative_error": 3e-4, "observed_class": "tf32"}
+    with pytest.raises(numerics.ReducedPrecision):
+        numerics.check(tf32, "off", "float32")
+    numerics.check(tf32, "off", "bfloat16")
+    numerics.check(tf32, "off", "float16")
+
+
+def test_a_cell_that_asked_for_tf32_on_a_gpu_and_got_fp32_is_refused():
+    fp32 = numerics.probe(lambda a, b: a @ b)
+    with pytest.raises(numerics.TF32NotApplied, match="although TF32 was switched on"):
+        numerics.check(fp32, "on", "float32", "gpu")
+    numerics.check(fp32, "on", "float32", "cpu")          # a CPU has no TF32: the anchor's "on" cells run there
+    numerics.check(numerics.probe(lambda a, b: product(10)), "on", "float32", "gpu")

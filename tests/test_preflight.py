@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, snakemake
-from kbench import cuda, preflight
+from kbench import cuda, launch, preflight
 
 TORCH_STACKS = ["native-torch", "keras3-torch"]
 ALL_STACKS = ["native-torch", "keras2", "keras3-jax", "keras3-tensorflow", "keras3-torch"]
@@ -15,13 +15,13 @@ CDI_SPEC = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n"
 
 def fake_host(tmp_path, driver="580.95.05", tools=("podman", "docker", "apptainer", "nvidia-smi"), cdi=True,
               docker_runtimes='{"io.containerd.runc.v2":{},"nvidia":{}}', ldconfig="libnvidia-ml.so.1 => /usr/lib",
-              files=(preflight.PODMAN_INIT,)):
+              files=(preflight.PODMAN_INIT,), podman="4.3.1", spec=None):
     cdi_dir = tmp_path / "cdi"
     cdi_dir.mkdir(exist_ok=True)
     if cdi:
-        (cdi_dir / "nvidia.yaml").write_text(CDI_SPEC)
+        (cdi_dir / "nvidia.yaml").write_text(spec or CDI_SPEC)
     outputs = {"nvidia-smi": f"0, NVIDIA H100 80GB HBM3, {driver}, GPU-1234\n",
-               "docker": docker_runtimes + "\n", "ldconfig": ldconfig}
+               "docker": docker_runtimes + "\n", "ldconfig": ldconfig, "podman": f"podman version {podman}\n"}
     return preflight.Host(which=lambda tool: f"/usr/bin/{tool}" if tool in tools else None,
                           run=lambda argv: outputs[argv[0]], cdi_dirs=(str(cdi_dir),), exists=lambda p: p in files)
 
@@ -35,7 +35,7 @@ def test_no_driver_is_named_with_its_fix(tmp_path):
     host = fake_host(tmp_path, tools=("podman",), cdi=False)
     found = preflight.problems("podman", "gpu", ALL_STACKS, host)
     assert found[0].startswith("accelerator gpu: no NVIDIA driver here (`nvidia-smi` is not on PATH)")
-    assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in found[1]
+    assert "nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes" in found[1]
 
 
 def test_a_driver_older_than_a_stacks_cuda_names_the_stack_and_the_cuda12_locks(tmp_path):
@@ -52,7 +52,8 @@ def test_a_driver_older_than_a_stacks_cuda_names_the_stack_and_the_cuda12_locks(
 def test_podman_without_a_cdi_spec_gets_the_nvidia_ctk_command(tmp_path):
     found = preflight.problems("podman", "gpu", TORCH_STACKS, fake_host(tmp_path, cdi=False))
     assert len(found) == 1 and found[0].startswith("podman: no CDI spec names nvidia.com/gpu")
-    assert found[0].endswith("sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
+    assert "sudo nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes " \
+           "--output=/etc/cdi/nvidia.yaml" in found[0]
 
 
 def test_docker_without_the_nvidia_runtime_and_apptainer_without_driver_libraries(tmp_path):
@@ -98,3 +99,81 @@ def test_a_gpu_run_on_this_cpu_host_fails_in_seconds_before_any_build(tmp_path, 
     assert f"preflight: this host cannot run the selected cells (runtime {runtime}, accelerator gpu)" in proc.stdout
     assert "no NVIDIA driver here (`nvidia-smi` is not on PATH)" in proc.stdout
     assert not any((tmp_path / folder).exists() for folder in ("images", "environments", "cells"))
+
+
+def spec_text(version, extra=""):
+    """A CDI spec as nvidia-ctk writes one: kind nvidia.com/gpu, device "0" (a digit: needs 0.5.0)."""
+    return (f'cdiVersion: "{version}"\nkind: nvidia.com/gpu\ndevices:\n- name: "0"\n  containerEdits:\n'
+            f'    deviceNodes:\n    - path: /dev/nvidia0\n{extra}containerEdits:\n  env: [NVIDIA_VISIBLE_DEVICES=void]\n')
+
+
+GIDS = "      additionalGids: [44]\n"       # what nvidia-ctk >= 1.19.1 adds for a group-owned node (/dev/dri)
+
+
+@pytest.mark.parametrize("podman, version, extra, readable", [
+    ("4.3.1", "0.5.0", "", True),              # Debian bookworm's podman and a toolkit before 1.19.1
+    ("4.3.1", "0.6.0", "", False),             # measured: invalid version "0.6.0"
+    ("4.3.1", "0.7.0", GIDS, False),           # toolkit 1.19.1+: unknown field "additionalGids"
+    ("4.3.1", "0.5.0", GIDS, False),           # lowering the number alone does not help (strict parsing)
+    ("4.9.3", "0.6.0", "", True),              # Ubuntu 24.04's podman reads 0.6.0 ...
+    ("4.9.3", "0.7.0", GIDS, False),           # ... not 0.7.0 (nvidia-container-toolkit issue 1860)
+    ("5.1.0", "0.7.0", GIDS, True),
+    ("5.4.2", "0.8.0", GIDS, True),
+])
+def test_a_cdi_spec_is_checked_against_what_this_podman_reads(tmp_path, podman, version, extra, readable):
+    host = fake_host(tmp_path, podman=podman, spec=spec_text(version, extra))
+    found = preflight.problems("podman", "gpu", ["keras3-jax"], host)
+    assert (found == []) is readable, found
+    if not readable:
+        assert len(found) == 1 and f"podman {podman}" in found[0]
+        assert "--feature-flag no-additional-gids-for-device-nodes" in found[0] and "podman 5.1 or newer" in found[0]
+
+
+@pytest.fixture(scope="module")
+def env_image(tmp_path_factory):
+    """An image holding only /usr/bin/env and the C library it runs on: what a CDI device's edits reach."""
+    import shutil
+    import subprocess
+    import tarfile
+    if not shutil.which("podman"):
+        pytest.skip("needs podman (scripts/bootstrap installs it)")
+    root = tmp_path_factory.mktemp("rootfs")
+    tar = root / "rootfs.tar"
+    with tarfile.open(tar, "w") as out:
+        for path in ("/usr/bin/env", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"):
+            out.add(Path(path).resolve(), arcname=path.lstrip("/"))
+    tag = "localhost/kbench-test/env:latest"
+    subprocess.run(["podman", "import", "--quiet", str(tar), tag], check=True, capture_output=True,
+                   env=preflight_env())
+    yield tag
+    subprocess.run(["podman", "rmi", "--force", tag], capture_output=True, env=preflight_env())
+
+
+def preflight_env():
+    import os
+    return {**os.environ, **launch.process_env("podman")}
+
+
+@pytest.mark.parametrize("version, extra", [("0.5.0", ""), ("0.6.0", ""), ("0.7.0", GIDS), ("0.5.0", GIDS),
+                                            ("0.8.0", "")])
+def test_the_preflights_verdict_is_what_the_real_podman_does_with_the_spec(env_image, version, extra):
+    """The installed podman against a fake CDI spec in /var/run/cdi (kind example.com/gpu, one device whose only
+    edit is an environment variable): the preflight must call it readable exactly when podman resolves it."""
+    import subprocess
+    import uuid
+    text = spec_text(version, extra).replace("nvidia.com/gpu", "example.com/gpu").replace(
+        "    deviceNodes:\n    - path: /dev/nvidia0\n", "    env: [KBENCH_CDI_SEEN=yes]\n")
+    spec = Path("/var/run/cdi") / f"kbench-test-{uuid.uuid4().hex[:8]}.yaml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(text)
+    try:
+        proc = subprocess.run(["podman", "run", "--rm", "--network", "none", *launch.ulimit_args(), "--device",
+                               "example.com/gpu=0", env_image, "/usr/bin/env"], capture_output=True, text=True,
+                              env=preflight_env(),
+                              timeout=120)
+    finally:
+        spec.unlink()
+    resolved = proc.returncode == 0 and "KBENCH_CDI_SEEN=yes" in proc.stdout
+    assert resolved or "unresolvable CDI devices" in proc.stderr, proc.stderr
+    verdict = preflight.cdi_problem(str(spec), text, preflight.podman_cdi_version(preflight.Host()))
+    assert (verdict is None) == resolved, (verdict, proc.stderr)

@@ -45,14 +45,14 @@ def summary(results):
 
 def test_ms_per_step_has_anchor_shape_and_status_texts(results):
     readable = tables.ms_per_step_table(summary(results), FRAMEWORKS, readable=True)
-    assert list(readable.columns) == FRAMEWORKS + ["params_parity", tables.NETWORKS]
+    assert list(readable.columns) == FRAMEWORKS + ["params_parity", tables.NETWORKS, tables.FLAGS]
     assert readable.loc[("bert", "fit", 32, "float32")].tolist() == [
-        "10.00 ± 0.00*", "20.00 ± 0.00*", "40.00 ± 0.00*", "", ""]           # one repeat each: within-run intervals
+        "10.00 ± 0.00*", "20.00 ± 0.00*", "40.00 ± 0.00*", "", "", ""]           # one repeat each: within-run intervals
     assert readable.loc[("sam", "predict", 4, "float32")].tolist() == [
-        "failed: MemoryError", "8.00 ± 0.00*", "n/a: needs Keras 3", "", ""]
+        "failed: MemoryError", "8.00 ± 0.00*", "n/a: needs Keras 3", "", "", ""]
     numbers = tables.ms_per_step_table(summary(results), FRAMEWORKS)
     assert list(numbers.columns) == [c for f in FRAMEWORKS for c in (f, f"{f} low", f"{f} high")] + [
-        "params_parity", tables.NETWORKS]
+        "params_parity", tables.NETWORKS, tables.FLAGS]
     assert numbers.loc[("bert", "fit", 32, "float32"), "keras3-jax"] == 10.0
 
 
@@ -175,7 +175,7 @@ def test_parity_counts_failed_cells_that_built_their_model(config):
     assert tables.parity_flags(long)[("gemma", "fit", 8, "bfloat16")] == "total +1.6%, trainable +inf%"
     assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"], readable=True).loc[
         ("gemma", "fit", 8, "bfloat16")].tolist() == ["failed: LoRANotApplied", "10.00 ± 0.00*",
-                                                      "total +1.6%, trainable +inf%", ""]
+                                                      "total +1.6%, trainable +inf%", "", ""]
 
 
 # ---------------------------------------------------------------- the mixed-precision study
@@ -213,9 +213,9 @@ def test_precision_table_has_frameworks_by_precision_for_study_rows_only(study):
 def test_precision_speedup_is_baseline_over_precision_beside_the_claim(study):
     table = tables.precision_speedup_table(study, STUDY, "float32", CLAIMS)
     assert list(table.columns) == ["fp32 / fp16 x", "fp32 / fp16 verdict", "fp32 / bf16 x", "fp32 / bf16 verdict",
-                                   "claimed x", "claim"]
+                                   "claimed x", "claim against", "claim"]
     jax = table.loc[("resnet50", "fit", 128, "keras3-jax")]
-    assert jax.tolist() == [1.5, "different*", 1.2, "different*", 1.5, "1.5x faster ResNet-50 training"]
+    assert jax.tolist() == [1.5, "different*", 1.2, "different*", 1.5, "fp32", "1.5x faster ResNet-50 training"]
     native = table.loc[("resnet50", "fit", 128, "native-torch-eager")]
     assert pd.isna(native["fp32 / fp16 x"]) and native["fp32 / bf16 x"] == 2.0     # a failed cell has no ratio
 
@@ -242,7 +242,7 @@ def test_an_adapters_unsupported_reads_apart_from_a_configured_na(config):
         result(config, "sam", "predict", 4, "keras3-torch", status="unsupported",
                error=cell.error_info("NotSupported", "keras3 adapter has no sam predict"))])
     assert tables.ms_per_step_table(long, FRAMEWORKS, readable=True).loc[("sam", "predict", 4, "float32")].tolist() \
-        == ["n/a: not configured", "unsupported: keras3 adapter has no sam predict", "", ""]
+        == ["n/a: not configured", "unsupported: keras3 adapter has no sam predict", "", "", ""]
 
 
 def test_speedup_carries_the_parity_flag_of_its_row(config):
@@ -321,3 +321,15 @@ def test_throughput_says_what_an_example_is(config):
     assert table.loc[("stable_diffusion", "predict", 13, "float32", "keras3-jax"), "one example is"].startswith(
         "latent through one guided denoising step")
     assert table.loc[("bert", "predict", 256, "float32", "keras3-jax"), "one example is"] == "sequence"
+
+
+def test_half_precision_is_also_measured_against_tf32_where_it_ran(config):
+    """On a GPU float32 with TF32 on is what most users get: the study gives both ratios, and says which one the
+    claim is read against (FP32: the guides the quotes come from compared with it)."""
+    cells = [result(config, "resnet50", "fit", 128, "native-torch-eager", ms, precision=p)
+             for p, ms in (("float32", 600.0), ("tf32", 200.0), ("mixed_float16", 150.0))]
+    table = tables.precision_speedup_table(summary(cells), ["native-torch-eager"], "float32", CLAIMS)
+    row = table.loc[("resnet50", "fit", 128, "native-torch-eager")]
+    assert (row["fp32 / fp16 x"], row["tf32 / fp16 x"]) == (4.0, 1.33)
+    assert "fp32 / tf32 x" in table.columns and "tf32 / fp32 x" not in table.columns
+    assert row["claim against"] == "fp32"

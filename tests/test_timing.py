@@ -122,3 +122,15 @@ def test_blocks_cover_every_timed_step_once(timed, blocks, sizes):
     clock = FakeClock([0.0] + [0.001] * timed)
     times = timing.measure(clock.step, clock.sync, warmup=1, timed=timed, clock=clock, blocks=blocks)
     assert times.block_steps == sizes and sum(times.block_steps) == timed
+
+
+def test_the_window_hooks_run_just_outside_the_window():
+    clock = FakeClock([5.0] + [0.010] * 4)
+    phases = []
+
+    def on_window(phase):
+        phases.append((phase, len([e for e in clock.events if e == "step"])))
+        clock.now += 1.0                   # slow hooks must not count as step time
+    times = timing.measure(clock.step, clock.sync, warmup=1, timed=4, clock=clock, blocks=2, on_window=on_window)
+    assert phases == [("start", 1), ("end", 5)]
+    assert times.window_ms == pytest.approx(40.0)

@@ -20,8 +20,9 @@ SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "unsupported")
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
 # (5: timing had no synced blocks, block_ms; such a record of one repeat gets no within-run interval.)
-_ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1}, 3: {"evidence": None, "repeat": 1},
-                4: {"repeat": 1}, 5: {}}
+_ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1, "energy": None},
+                3: {"evidence": None, "repeat": 1, "energy": None}, 4: {"repeat": 1, "energy": None},
+                5: {"energy": None}}
 
 
 class SchemaError(ValueError):
@@ -58,6 +59,7 @@ class CellResult:
     numerics: dict | None = None
     evidence: dict | None = None
     memory: dict | None = None
+    energy: dict | None = None      # the GPU during the timed window (kbench.gpu.WindowMonitor): energy, clocks, slowdowns
     repeat: int = 1                 # which fresh process of the cell this is (1 .. config repeats)
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -108,7 +110,9 @@ class CellResult:
         """The flat view: every statistic and provenance field a table or a comparison reads, one level deep."""
         spec, timing, prov = self.spec, self.timing or {}, self.provenance
         error, params, memory = self.error or {}, self.params or {}, self.memory or {}
-        loss, numerics = self.loss or {}, self.numerics or {}
+        loss, numerics, energy, evidence = self.loss or {}, self.numerics or {}, self.energy or {}, self.evidence or {}
+        compiles = evidence.get("compiles") or {}
+        before, in_window = compiles.get("before_window") or {}, compiles.get("in_window") or {}
         return {
             "cell_id": self.cell_id, "repeat": self.repeat, "suite": spec["suite"], "profile": spec.get("profile"),
             "model": spec["model"], "task": spec["task"],
@@ -129,6 +133,22 @@ class CellResult:
             "peak_host_rss_mib": _mib(memory.get("peak_host_rss_bytes")),
             "peak_device_mib": _mib(memory.get("peak_device_bytes")),
             "nvml_used_mib": _mib(memory.get("nvml_used_bytes_after_steps")),
+            "nvml_process_mib": _only_process_mib(memory.get("nvml_processes_after_steps")),
+            "memory_view": prov.get("memory_view"),
+            # the GPU during the timed window (kbench.gpu.WindowMonitor)
+            "energy_j_per_step": (energy["energy_j"] / timing["n"] if energy.get("energy_j") is not None
+                                  and timing.get("n") else None),
+            "mean_power_w": energy.get("mean_power_w"), "sm_clock_mhz_mean": energy.get("sm_clock_mhz_mean"),
+            "sm_clock_mhz_min": energy.get("sm_clock_mhz_min"),
+            "memory_clock_mhz_mean": energy.get("memory_clock_mhz_mean"),
+            "temperature_c_max": energy.get("temperature_c_max"),
+            "slowdowns": ", ".join(energy.get("slowdowns") or []),
+            # the framework's compile counters (runner.Window): what compiled inside the window, graph breaks
+            "jit_compiled": evidence.get("jit_compile"),
+            "compiles_in_window": sum(in_window.get(k, 0) for k in ("graphs", "xla_compiles")) if in_window else None,
+            "graph_breaks": (before.get("graph_breaks", 0) + before.get("unsupported", 0)) if before else None,
+            "cudagraph_skips": before.get("cudagraph_skips", 0) + in_window.get("cudagraph_skips", 0)
+            if before else None,
             "device": prov.get("device"), "gpu_name": ((prov.get("device_facts") or {}).get("nvml") or {}).get("name"),
             "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
             "environment_lock_sha256": (prov.get("environment") or {}).get("lock_sha256"),
@@ -145,6 +165,14 @@ def _block_means(timing: dict) -> list[float] | None:
     if not timing.get("block_ms"):
         return None
     return [ms / steps for ms, steps in zip(timing["block_ms"], timing["block_steps"])]
+
+
+def _only_process_mib(processes: list[dict] | None) -> float | None:
+    """NVML's per-process device memory where exactly one process was on the GPU (one cell per GPU: that process is
+    the cell; NVML names host PIDs, which a container cannot match against its own)."""
+    if not processes or len(processes) != 1:
+        return None
+    return _mib(processes[0].get("used_bytes"))
 
 
 def _mib(n: int | None) -> float | None:

@@ -1,13 +1,26 @@
 """The cell's GPU as the driver sees it, through NVML (nvidia-ml-py, in every stack's lock): which device (index,
-UUID, name), the driver and the CUDA version it supports, and the device memory in use. Everything is None where NVML
-is absent (a CPU cell, a host without the NVIDIA driver).
+UUID, name), the driver and the CUDA version it supports, the device memory in use (device-wide, and per process
+where NVML gives it), and, around the timed window, its energy counter, clocks, temperature and the reasons the
+driver held its clocks down. Everything is None where NVML is absent (a CPU cell, a host without the NVIDIA driver).
 
 The cell's GPU is the first of CUDA_VISIBLE_DEVICES (an index or a UUID), else NVML's device 0: inside a container
 that was handed one GPU (podman CDI, docker --gpus device=...) NVML sees only that one.
+
+Views of memory: NVML's `used` is device-wide (every process, and under MIG inside a container the parent GPU's);
+its per-process list names host PIDs (the driver knows no PID namespaces), so inside a container a cell cannot pick
+itself out of it: with one process on the GPU (one cell per GPU) that process is the cell.
 """
 from __future__ import annotations
 
 import os
+import threading
+import time
+
+# Clock-event reasons that mean the GPU was slowed below what it was asked for during the window (NVML
+# nvmlClocksEventReason*; idle, application clocks and sync boost are not slowdowns).
+SLOWDOWNS = {0x4: "power cap (software)", 0x8: "hardware slowdown", 0x20: "thermal (software)",
+             0x40: "thermal (hardware)", 0x80: "power brake (hardware)"}
+SAMPLE_S = 0.05
 
 
 def _nvml():
@@ -30,6 +43,13 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _or_none(call, *args):
+    try:
+        return call(*args)
+    except Exception:       # not supported on this device or driver
+        return None
+
+
 def facts() -> dict | None:
     nvml = _nvml()
     if nvml is None:
@@ -37,15 +57,23 @@ def facts() -> dict | None:
     try:
         handle = _handle(nvml)
         cuda = nvml.nvmlSystemGetCudaDriverVersion()
+        mig = _or_none(nvml.nvmlDeviceGetMigMode, handle)
         return {"index": nvml.nvmlDeviceGetIndex(handle), "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
                 "name": _text(nvml.nvmlDeviceGetName(handle)),
                 "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
                 "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
                 "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
                 "devices_seen": nvml.nvmlDeviceGetCount(),
+                "mig_mode": None if mig is None else bool(mig[0]),
+                "max_sm_clock_mhz": _or_none(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM),
+                "power_limit_w": _milli(_or_none(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     except Exception as error:      # a driver/library mismatch is worth recording, not worth failing the cell for
         return {"error": f"{type(error).__name__}: {error}"}
+
+
+def _milli(value):
+    return None if value is None else value / 1e3
 
 
 def used_bytes() -> int | None:
@@ -58,3 +86,92 @@ def used_bytes() -> int | None:
         return int(nvml.nvmlDeviceGetMemoryInfo(_handle(nvml)).used)
     except Exception:
         return None
+
+
+def processes() -> list[dict] | None:
+    """The compute processes on the cell's GPU and the device memory of each (host PIDs, see above)."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        found = nvml.nvmlDeviceGetComputeRunningProcesses(_handle(nvml))
+    except Exception:
+        return None
+    return [{"pid": p.pid, "used_bytes": None if p.usedGpuMemory is None else int(p.usedGpuMemory)} for p in found]
+
+
+def _reasons(nvml, handle) -> int:
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        call = getattr(nvml, name, None)
+        if call is not None:
+            value = _or_none(call, handle)
+            if value is not None:
+                return int(value)
+    return 0
+
+
+def _temperature(nvml, handle):
+    if hasattr(nvml, "nvmlDeviceGetTemperatureV"):
+        value = _or_none(nvml.nvmlDeviceGetTemperatureV, handle, nvml.NVML_TEMPERATURE_GPU)
+        if value is not None:
+            return value
+    return _or_none(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
+
+
+class WindowMonitor:
+    """Around the timed window: the energy counter's difference (mJ since the driver loaded; Volta and newer), and
+    every SAMPLE_S the SM and memory clocks, the temperature and the clock-event reasons (OR-ed over the window).
+    NVML's power reading is a one-second average on Ampere (but GA100) and newer, so energy comes from the counter,
+    never from integrating power."""
+
+    def __init__(self):
+        self.nvml = _nvml()
+        self.handle = None
+        if self.nvml is not None:
+            try:
+                self.handle = _handle(self.nvml)
+            except Exception:
+                self.nvml = None
+        self.samples, self.reasons, self._stop = [], 0, threading.Event()
+        self._thread = None
+        self.energy_start = self.started = None
+        self.record = None
+
+    def start(self) -> None:
+        if self.nvml is None:
+            return
+        self.energy_start = _or_none(self.nvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+        self.started = time.monotonic()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        nvml, handle = self.nvml, self.handle
+        while not self._stop.is_set():
+            self.samples.append((_or_none(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
+                                 _or_none(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM),
+                                 _temperature(nvml, handle)))
+            self.reasons |= _reasons(nvml, handle)
+            self._stop.wait(SAMPLE_S)
+
+    def stop(self) -> dict | None:
+        if self.nvml is None or self._thread is None:
+            return None
+        self._stop.set()
+        self._thread.join()
+        seconds = time.monotonic() - self.started
+        self.reasons |= _reasons(self.nvml, self.handle)
+        energy_end = _or_none(self.nvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+        joules = (energy_end - self.energy_start) / 1e3 if None not in (energy_end, self.energy_start) else None
+
+        def column(i, reduce):
+            values = [s[i] for s in self.samples if s[i] is not None]
+            return reduce(values) if values else None
+        mean = lambda values: round(sum(values) / len(values), 1)        # noqa: E731
+        self.record = {
+            "window_s": seconds, "energy_j": joules, "mean_power_w": joules / seconds if joules and seconds else None,
+            "samples": len(self.samples), "sm_clock_mhz_mean": column(0, mean), "sm_clock_mhz_min": column(0, min),
+            "memory_clock_mhz_mean": column(1, mean), "temperature_c_max": column(2, max),
+            "clock_event_reasons": self.reasons,
+            "slowdowns": [name for bit, name in SLOWDOWNS.items() if self.reasons & bit]}
+        return self.record

@@ -30,12 +30,13 @@ import subprocess
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from kbench import cell, preflight, records
 
 REPO = Path(__file__).resolve().parents[2]
-RUNTIMES = ("host", "podman", "docker", "apptainer", "preinstalled")
 CONTAINERS_CONF = REPO / "containers" / "containers.conf"
 SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
 OUT_IN_IMAGE = "/kbench/out"
@@ -51,45 +52,103 @@ class LaunchError(Exception):
     """The cell process could not be started or supervised."""
 
 
-# ---------------------------------------------------------------- argv per runtime
+# ---------------------------------------------------------------- runtimes: one entry each
 
-def command(runtime: str, environment: dict, out: Path, gpu: bool = False, name: str = "kbench-cell",
-            module: str = "kbench.runner", gpus: list[str] | None = None, memory_mb: int | None = None,
-            cpus: float | None = None, cpuset: list[int] | None = None, remove: bool = True) -> list[str]:
-    """argv that runs `python -m module --out OUT` (kbench.runner for a cell) inside `environment` (a record of
-    kbench.envs or kbench.images), the payload on its stdin. gpus: the device indices (or UUIDs) of the allocation,
-    None for every GPU; memory_mb/cpus/cpuset: container limits; remove: --rm (the launcher removes cells itself,
-    after reading whether the kernel killed them for memory)."""
-    if runtime == "host":
-        return [str(Path(environment["prefix"]) / "bin" / "python"), "-m", module, "--out", str(out)]
-    if runtime == "preinstalled":       # an interpreter the host already has (an HPC module, a vendor image)
-        return [environment["python"], "-m", module, "--out", str(out)]
-    inner = ["python", "-m", module, "--out", f"{OUT_IN_IMAGE}/{out.name}"]
-    mounts = [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw")]
-    if runtime in ("podman", "docker"):
-        # --init: the cell is not PID 1, which the kernel shields from signals it has no handler for (a SIGTERM
-        # would be ignored, a crash's own signal too), and a small init forwards signals and reaps its children.
-        # The label names the cell's staging folder: `podman ps --filter label=kbench.out` finds a run's containers.
-        argv = [runtime, "run", *(["--rm"] if remove else []), "-i", "--init", "--name", name, "--network", "none",
+@dataclass(frozen=True)
+class Options:
+    """What a cell's argv depends on besides its runtime and environment."""
+    name: str = "kbench-cell"                   # the container's name (removed by it)
+    gpus: list[str] | None = None               # GPU indices or UUIDs of the allocation; None: every GPU
+    memory_mb: int | None = None                # container limits
+    cpus: float | None = None
+    cpuset: list[int] | None = None
+    remove: bool = True                         # --rm (the launcher removes its cells itself, after reading OOM)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How one runtime starts a cell process: the argv before `python -m <module> --out OUT` (the payload comes on
+    stdin), the flags that hand it GPUs (every GPU, or those of an allocation), whether the cell is a named container
+    (killed and removed by name, its OOM state readable), and where its environment record lives."""
+    record: str                                  # relative to results_dir; {stack}, {accelerator}
+    prefix: Callable[[dict, Path, Options], list[str]]
+    image: Callable[[dict], str] | None = None   # the image it starts (None: a process in the environment itself)
+    gpu_flags: Callable[[list[str] | None], list[str]] = lambda gpus: []   # CUDA_VISIBLE_DEVICES where none
+    container: bool = False
+    # how it names one GPU: by UUID (CUDA_VISIBLE_DEVICES and docker take it, and it does not depend on CUDA's
+    # device order); podman by the CDI device name, which `nvidia-ctk cdi generate` makes from NVML's index
+    gpu_name: Callable[[dict], str] = lambda device: device["uuid"]
+    lock_mode: str = "fail"          # a drift from the stack's lock fails the cell, or is recorded ("record")
+    client_env: dict = field(default_factory=dict)      # what the runtime's own client needs
+
+
+def _process(interpreter: Callable[[dict], str]):
+    return lambda environment, out, options: [interpreter(environment)]
+
+
+def _container_run(binary: str):
+    """podman/docker run: --init (the cell is not PID 1, which the kernel shields from signals it has no handler for,
+    and a small init forwards signals and reaps children), named, labelled with its staging folder (`podman ps
+    --filter label=kbench.out` finds a run's containers), offline, the scripts read-only and the staging folder the
+    only writable mount, limits, the host's ulimits."""
+    def prefix(environment: dict, out: Path, o: Options) -> list[str]:
+        argv = [binary, "run", *(["--rm"] if o.remove else []), "-i", "--init", "--name", o.name, "--network", "none",
                 f"--label=kbench.out={out.parent.resolve()}"]
-        argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in mounts]
-        argv += [f"--memory={memory_mb}m"] if memory_mb else []
-        argv += [f"--cpus={cpus}"] if cpus else []
-        argv += [f"--cpuset-cpus={','.join(map(str, cpuset))}"] if cpuset else []
-        argv += ulimit_args()
-        if runtime == "podman":         # GPUs through CDI, one device name per allocated GPU
-            argv += [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}") if gpu]
-        elif gpu:
-            argv += ["--gpus", f"device={','.join(gpus)}" if gpus else "all"]
-        return argv + [environment["id"], *inner]
-    if runtime == "apptainer":
-        argv = ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
-                "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in mounts),
-                "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"]
-        if gpu:
-            argv += ["--nv"] + (["--env", f"CUDA_VISIBLE_DEVICES={','.join(gpus)}"] if gpus else [])
-        return argv + [environment["sif"], *inner]
-    raise ValueError(f"runtime {runtime!r} is not supported; allowed: {', '.join(RUNTIMES)}")
+        argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in _mounts(out)]
+        argv += [f"--memory={o.memory_mb}m"] if o.memory_mb else []
+        argv += [f"--cpus={o.cpus}"] if o.cpus else []
+        argv += [f"--cpuset-cpus={','.join(map(str, o.cpuset))}"] if o.cpuset else []
+        return argv + ulimit_args()
+    return prefix
+
+
+def _apptainer(environment: dict, out: Path, o: Options) -> list[str]:
+    return ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
+            "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in _mounts(out)),
+            "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"]
+
+
+def _mounts(out: Path) -> list[tuple[Path, str, str]]:
+    return [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw")]
+
+
+_ID = lambda environment: environment["id"]          # noqa: E731  (images are started by ID, never by tag)
+RUNTIMES = {
+    "host": Runtime("environments/{stack}.{accelerator}.json",
+                    _process(lambda environment: str(Path(environment["prefix"]) / "bin" / "python"))),
+    # an interpreter the host already has (an HPC module, a vendor image)
+    # its versions are what they are: recorded against the lock
+    "preinstalled": Runtime("preinstalled/{stack}.{accelerator}.json",
+                            _process(lambda environment: environment["python"]), lock_mode="record"),
+    "podman": Runtime("images/{stack}.{accelerator}.json", _container_run("podman"), _ID, container=True,
+                      # CDI: one device name per allocated GPU
+                      gpu_flags=lambda gpus: [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}")],
+                      gpu_name=lambda device: device["index"], client_env={"CONTAINERS_CONF": str(CONTAINERS_CONF)}),
+    "docker": Runtime("images/{stack}.{accelerator}.docker.json", _container_run("docker"), _ID, container=True,
+                      gpu_flags=lambda gpus: ["--gpus", f"device={','.join(gpus)}" if gpus else "all"]),
+    "apptainer": Runtime("images/{stack}.{accelerator}.sif.json", _apptainer, lambda environment: environment["sif"],
+                         gpu_flags=lambda gpus: ["--nv"] + (["--env", f"CUDA_VISIBLE_DEVICES={','.join(gpus)}"]
+                                                            if gpus else [])),
+}
+
+
+def runtime_of(name: str) -> Runtime:
+    if name not in RUNTIMES:
+        raise ValueError(f"runtime {name!r} is not supported; allowed: {', '.join(RUNTIMES)}")
+    return RUNTIMES[name]
+
+
+def command(runtime: str, environment: dict, out: Path, gpu: bool = False, module: str = "kbench.runner",
+            **options) -> list[str]:
+    """argv that runs `python -m module --out OUT` (kbench.runner for a cell) inside `environment` (a record of
+    kbench.envs or kbench.images), the payload on its stdin. options: kbench.launch.Options (the container's name,
+    the allocation's GPUs, limits)."""
+    entry, o = runtime_of(runtime), Options(**options)
+    argv = entry.prefix(environment, out, o)
+    if entry.image:                                 # inside an image: its python, the staging folder mounted
+        argv += entry.gpu_flags(o.gpus) if gpu else []
+        return argv + [entry.image(environment), "python", "-m", module, "--out", f"{OUT_IN_IMAGE}/{out.name}"]
+    return argv + ["-m", module, "--out", str(out)]
 
 
 def ulimit_args() -> list[str]:
@@ -102,22 +161,23 @@ def ulimit_args() -> list[str]:
     return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
 
 
-def process_env(runtime: str, environment: dict | None = None) -> dict[str, str]:
+def process_env(runtime: str, environment: dict | None = None, gpus: list[str] | None = None) -> dict[str, str]:
     """The environment of the process the launcher starts: the container client's (the cell inside gets only the
-    image's and the spec's), or on the host an allow-list, the scripts on the path and the lock to check."""
-    if runtime in ("host", "preinstalled"):
+    image's and the spec's), or on the host an allow-list, the scripts on the path, the lock to check and the GPUs
+    of its allocation (gpus: CUDA_VISIBLE_DEVICES; a container gets them as the runtime's GPU flags)."""
+    entry = runtime_of(runtime)
+    if entry.image is None:
         env = {k: v for k, v in os.environ.items() if k in HOST_ENV}
         env["PYTHONPATH"] = str(REPO / "scripts")
         if environment and environment.get("lock"):
             env["KBENCH_LOCK"] = str((REPO / environment["lock"]).resolve())   # images set their own
-        if runtime == "preinstalled":
-            env["KBENCH_LOCK_MODE"] = "record"      # its versions are what they are: recorded against the lock
+        env["KBENCH_LOCK_MODE"] = entry.lock_mode
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERAS_", "KBENCH_"))}
     env["PYTHONUNBUFFERED"] = "1"
-    if runtime == "podman":
-        env["CONTAINERS_CONF"] = str(CONTAINERS_CONF)
-    return env
+    return {**env, **entry.client_env}
 
 
 def allocated_gpus() -> list[str] | None:
@@ -162,8 +222,12 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
         try:
             context["environment"] = environment = records.read(environment_record)
             ensure_image(runtime, environment, image_archive)
-            failure = _preflight(spec, runtime) or _supervise(spec, runtime, environment, context, out, log,
-                                                              timeout_s, memory_mb, cpus)
+            failure = _preflight(spec, runtime)
+            if not failure:
+                with gpu_lease(spec, runtime) as gpus:
+                    context["launcher"]["gpus_allocated"] = gpus
+                    failure = _supervise(spec, runtime, environment, context, out, log, timeout_s, memory_mb, cpus,
+                                         gpus)
         except (LaunchError, OSError, ValueError, KeyError) as error:
             failure = cell.error_info("LaunchError", f"the cell process could not be started: "
                                                      f"{type(error).__name__}: {error}")
@@ -173,6 +237,42 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
             cell.new_result(spec, context, "failed", failure, repeat).write(out)
         _keep_attempt(out, log)
     return cell.read(out)
+
+
+LEASES = Path("/tmp")          # host-wide: every run (and user) of this pipeline on the host takes its GPUs from here
+
+
+@contextlib.contextmanager
+def gpu_lease(spec: dict, runtime: str, host: preflight.Host | None = None, poll_s: float = 0.5):
+    """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM_STEP_GPUS, ...); else one GPU of
+    this host to itself, the first free one (a host-wide lock per GPU, by UUID), waiting while every GPU is taken.
+    So cells side by side (rule cell's threads share the cores among the host's GPUs) never share a GPU, and no cell
+    sees every GPU. Yields the device names the runtime takes (kbench.launch.RUNTIMES gpu_name), None for a CPU cell."""
+    if not preflight.is_gpu(spec["accelerator"]):
+        yield None
+        return
+    allocated = allocated_gpus()
+    if allocated is not None:
+        yield allocated
+        return
+    devices = preflight.gpus(host or preflight.Host())
+    if not devices:
+        raise LaunchError("a GPU cell, and nvidia-smi lists no GPU on this host")
+    while True:
+        for device in devices:
+            handle = open(LEASES / f"kbench-gpu-{device['uuid']}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield [runtime_of(runtime).gpu_name(device)]
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        time.sleep(poll_s)
 
 
 def has_image(runtime: str, image_id: str) -> bool:
@@ -242,16 +342,16 @@ def _preflight(spec: dict, runtime: str) -> dict | None:
 
 
 def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: Path, log: Path,
-               timeout_s: float | None, memory_mb: int | None, cpus: float | None) -> dict | None:
+               timeout_s: float | None, memory_mb: int | None, cpus: float | None,
+               gpus: list[str] | None) -> dict | None:
     """Start the cell, wait for it (killing it whole on timeout, on SIGTERM/SIGINT, or when the driver dies), move
     its result out of its staging folder; the failure (decoded) or None."""
     name = f"kbench-{uuid.uuid4().hex[:12]}"
     staging = out.parent.resolve() / f".staging-{name}"     # absolute: the cell runs in the repo folder
     staging.mkdir()
-    container = runtime in ("podman", "docker")
+    container = runtime_of(runtime).container
     argv = command(runtime, environment, staging / RESULT_NAME, gpu=preflight.is_gpu(spec["accelerator"]), name=name,
-                   gpus=allocated_gpus(), memory_mb=memory_mb, cpus=cpus, cpuset=allocated_cpus(),
-                   remove=not container)
+                   gpus=gpus, memory_mb=memory_mb, cpus=cpus, cpuset=allocated_cpus(), remove=not container)
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime})")
     stop = _Stop(runtime, name if container else None)
@@ -260,7 +360,10 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
             log_file.write(f"$ {' '.join(argv)}\n")
             log_file.flush()
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, text=True,
-                                    env=process_env(runtime, environment), cwd=REPO, start_new_session=True)
+                                    env=process_env(runtime, environment, gpus),
+                                    # a container's conmon writes a file named "oom" into its working folder when
+                                    # the kernel OOM-kills the cell: the cell's own staging folder, not the repo
+                                    cwd=staging if container else REPO, start_new_session=True)
             stop.process = proc
             watchdog = _Watchdog(stop)
             watchdog.start()

@@ -46,6 +46,10 @@ def _require(name, known, key: str) -> None:
 
 
 def check_references(config: dict, repo: Path = REPO) -> None:
+    from kbench import launch
+    if config["runtime"] not in ("auto", *launch.RUNTIMES):
+        raise ConfigError(f"config key runtime: {config['runtime']!r} is not allowed; allowed: "
+                          f"{', '.join(('auto', *launch.RUNTIMES))}")
     suites, frameworks, models = config["suites"], config["framework_defs"], config["model_defs"]
     _require(config["suite"], suites, "suite")
     size = suites[config["suite"]]["size"]
@@ -77,6 +81,8 @@ def check_references(config: dict, repo: Path = REPO) -> None:
             raise ConfigError(f"config key not_applicable[{i}].task: {rule['task']!r} matches no task of "
                               f"{rule['model']}; allowed: {', '.join(tasks)} or a pattern such as '*'")
     for i, claim in enumerate(config["precision_study"]["claims"]):
+        _require(claim.get("baseline", config["precision_study"]["baseline"]), precision.PRECISIONS,
+                 f"precision_study.claims[{i}].baseline")
         _require(claim["model"], models, f"precision_study.claims[{i}].model")
         _require(claim["task"], models[claim["model"]]["tasks"], f"precision_study.claims[{i}].task")
     for i, profile in enumerate(config["profiles"]):
@@ -109,7 +115,11 @@ def stacks_with_lock(accelerator: str, repo: Path = REPO) -> list[str]:
     return sorted(p.name.removesuffix(f".{accelerator}.lock") for p in (repo / "envs").glob(f"*.{accelerator}.lock"))
 
 
-def not_applicable_reason(config: dict, model: str, task: str, framework: str) -> str | None:
+def not_applicable_reason(config: dict, model: str, task: str, framework: str,
+                          precision_name: str | None = None) -> str | None:
+    gpu_only = precision_name and precision.PRECISIONS[precision_name].gpu_only
+    if gpu_only and config["accelerator"] == "cpu":
+        return gpu_only
     for rule in config["not_applicable"]:
         if rule["framework"] == framework and rule["model"] == model and fnmatch(task, rule["task"]):
             return rule["reason"]
@@ -130,7 +140,7 @@ def cells(config: dict, suite: str | None = None) -> list[Cell]:
                 for name in precisions:
                     for framework in config["frameworks"]:
                         found.append(Cell(suite, "", model, task, batch_size, name, framework,
-                                          not_applicable_reason(config, model, task, framework)))
+                                          not_applicable_reason(config, model, task, framework, name)))
     return [dataclasses.replace(c, profile=profile) for profile in config["profiles"] for c in found]
 
 
@@ -194,6 +204,8 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
     size_def = model_def["sizes"][suite["size"]]
     task_options = {k: v for k, v in model_def["tasks"][task].items() if k != "batch_sizes"}
     cell_settings = settings(config, profile, model, task, framework)
+    if precision.PRECISIONS[precision_name].tf32:        # the precision is a TF32 mode: it sets it in every profile
+        cell_settings["tf32"] = precision.PRECISIONS[precision_name].tf32
     return {
         "cell_id": Cell(suite_name, profile, model, task, batch_size, precision_name, framework).cell_id,
         "suite": suite_name,

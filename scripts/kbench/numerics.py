@@ -12,12 +12,18 @@ from __future__ import annotations
 import numpy as np
 
 PROBE_SIZE = 256
+HALF = ("bfloat16", "float16")
 # class -> the largest relative error it admits (the next class starts above it)
 CLASSES = (("fp32", 1e-5), ("tf32", 1e-3), ("bf16", float("inf")))
 
 
 class ReducedPrecision(Exception):
     """A float32 cell whose matrix products run in less than float32, although TF32 was switched off."""
+
+
+class TF32NotApplied(Exception):
+    """A cell that asked for TF32 (precision tf32, or TF32 switched on) on a GPU whose float32 products stayed
+    full float32: its number would be another precision's."""
 
 
 def round_mantissa(x: np.ndarray, bits: int) -> np.ndarray:
@@ -51,8 +57,16 @@ def probe(matmul) -> dict:
     return {"matmul_relative_error": error, "observed_class": classify(error)}
 
 
-def check(probe_result: dict, tf32: str) -> None:
-    """tf32 "off": float32 must be float32. "library-default" (the anchor's setting) only records what it got."""
-    if tf32 == "off" and probe_result["observed_class"] != "fp32":
-        raise ReducedPrecision(f"float32 matmul probe says {probe_result['observed_class']} (relative error "
-                               f"{probe_result['matmul_relative_error']:.1e}) although TF32 was switched off")
+def check(probe_result: dict, tf32: str, compute_dtype: str = "float32", device_kind: str = "cpu") -> None:
+    """tf32 "off": a float32-compute cell's float32 must be float32; "on", on a GPU, must be TF32 (a CPU has none).
+    "library-default" (the anchor's setting) only records what it got; a half-precision cell's products are not
+    float32 ones (it records the probe too)."""
+    if compute_dtype in HALF:
+        return
+    observed, error = probe_result["observed_class"], probe_result["matmul_relative_error"]
+    if tf32 == "off" and observed != "fp32":
+        raise ReducedPrecision(f"float32 matmul probe says {observed} (relative error {error:.1e}) although TF32 "
+                               "was switched off")
+    if tf32 == "on" and device_kind == "gpu" and observed == "fp32":
+        raise TF32NotApplied(f"float32 matmul probe says fp32 (relative error {error:.1e}) although TF32 was "
+                             "switched on")

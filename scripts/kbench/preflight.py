@@ -9,6 +9,7 @@ submit host). Host facts are read through a `Host`, so tests hand it fake nvidia
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -67,11 +68,12 @@ def problems(runtime: str, accelerator: str, stacks: list[str], host: Host | Non
                      "apt-get install catatonit (scripts/bootstrap does)")
     if not stacks or not is_gpu(accelerator):
         return found
-    return found + _driver(accelerator, stacks, host, repo) + _plumbing(runtime, host)
+    return found + _driver(accelerator, stacks, host, repo, runtime) + _plumbing(runtime, host)
 
 
-def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path) -> list[str]:
-    """The NVIDIA driver, and its version against the CUDA of every stack to run."""
+def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path, runtime: str = "host") -> list[str]:
+    """The NVIDIA driver, and its version against the CUDA of every stack to run (a preinstalled interpreter runs
+    its own CUDA, not the lock's: only the driver's presence is checked there)."""
     if not host.which("nvidia-smi"):
         return [f"accelerator {accelerator}: no NVIDIA driver here (`nvidia-smi` is not on PATH); install the NVIDIA "
                 "driver, or run the CPU locks: --config accelerator=cpu"]
@@ -82,7 +84,7 @@ def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path) -> list
     if not listed:
         return [f"accelerator {accelerator}: nvidia-smi lists no GPU"]
     driver, found = listed[0]["driver_version"], []
-    for stack in stacks:
+    for stack in stacks if runtime != "preinstalled" else ():
         lock = f"envs/{stack}.{accelerator}.lock"
         need = cuda.requirement(host.read(repo / lock))
         if need and cuda.driver_tuple(driver) < cuda.driver_tuple(need.min_driver):
@@ -93,15 +95,82 @@ def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path) -> list
     return found
 
 
+# The newest CDI spec version each podman reads, from the container-device-interface library it vendors (podman's
+# go.mod at each tag: 4.3-4.6 v0.5.x, 4.7-5.0 v0.6.x, 5.1 v0.7.2, 5.2-5.4 v0.8.0, 5.5+ v1.0.1). Older libraries
+# parse strictly: a field they do not know fails the whole spec, whatever its cdiVersion says.
+PODMAN_CDI = (((5, 5), "1.0.0"), ((5, 2), "0.8.0"), ((5, 1), "0.7.0"), ((4, 7), "0.6.0"), ((4, 3), "0.5.0"),
+              ((4, 1), "0.4.0"))
+# The fields that need each spec version (container-device-interface specs-go/version.go requiresV0x0).
+CDI_FIELDS = {"additionalGids": "0.7.0", "intelRdt": "0.7.0", "annotations": "0.6.0", "netDevices": "1.1.0",
+              "hostPath": "0.5.0"}
+# nvidia-ctk >= 1.19.1 adds additionalGids (group-owned device nodes, /dev/dri/*), so writes 0.7.0; this feature
+# flag leaves them out and gives 0.5.0 (NVIDIA Container Toolkit 1.19.1 release notes; nvidia-container-toolkit
+# issues 1860, 1940). nvidia-cdi-refresh rewrites /var/run/cdi/nvidia.yaml unless told the same.
+CDI_FIX = ("sudo nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes "
+           "--output=/etc/cdi/nvidia.yaml (and NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS="
+           "no-additional-gids-for-device-nodes in /etc/nvidia-container-toolkit/nvidia-cdi-refresh.env, or that "
+           "service writes /var/run/cdi/nvidia.yaml anew), or podman 5.1 or newer, or --config runtime=docker with "
+           "the NVIDIA runtime")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def podman_cdi_version(host: Host) -> tuple[str, str] | None:
+    """(podman's version, the newest CDI spec version it reads), or None where podman does not say."""
+    try:
+        found = re.search(r"(\d+\.\d+(?:\.\d+)?)", host.run(["podman", "--version"]))
+    except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
+        return None
+    if not found:
+        return None
+    version = _version(found[1])
+    readable = next((cdi for floor, cdi in PODMAN_CDI if version[:2] >= floor), "0.3.0")
+    return found[1], readable
+
+
+def _fields(node) -> set[str]:
+    if isinstance(node, dict):
+        return set(node) | {k for v in node.values() for k in _fields(v)}
+    if isinstance(node, list):
+        return {k for v in node for k in _fields(v)}
+    return set()
+
+
+def cdi_problem(name: str, text: str, podman: tuple[str, str] | None) -> str | None:
+    """Why this podman cannot read a CDI spec (None if it can): its cdiVersion, or a field newer than it reads."""
+    import yaml         # here: a cell process imports this module too, and the synthetic stack has no PyYAML
+    try:
+        spec = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        return f"podman: CDI spec {name} is not valid YAML/JSON ({error}); regenerate it: {CDI_FIX}"
+    if podman is None:
+        return None
+    version, readable = podman
+    declared = str(spec.get("cdiVersion", ""))
+    if _version(declared) > _version(readable):
+        return (f"podman: CDI spec {name} is cdiVersion {declared}, but podman {version} reads up to {readable} "
+                f"(every GPU cell would fail: unresolvable CDI devices); {CDI_FIX}")
+    newer = sorted(f for f in _fields(spec) if f in CDI_FIELDS and _version(CDI_FIELDS[f]) > _version(readable))
+    if newer:
+        return (f"podman: CDI spec {name} uses {', '.join(newer)} (CDI {max(CDI_FIELDS[f] for f in newer)}), which "
+                f"podman {version} cannot parse (it reads up to {readable}; every GPU cell would fail); {CDI_FIX}")
+    return None
+
+
 def _plumbing(runtime: str, host: Host) -> list[str]:
     """What the container runtime needs to hand a GPU to a cell."""
     if runtime == "podman":
         specs = [p for d in host.cdi_dirs if Path(d).is_dir() for p in sorted(Path(d).iterdir())
                  if p.suffix in (".yaml", ".yml", ".json")]
-        if not any("nvidia.com/gpu" in host.read(p) for p in specs):
+        nvidia = [(p, host.read(p)) for p in specs]
+        nvidia = [(p, text) for p, text in nvidia if "nvidia.com/gpu" in text]
+        if not nvidia:
             return ["podman: no CDI spec names nvidia.com/gpu (looked in " + ", ".join(host.cdi_dirs) + "); "
-                    "generate one with the NVIDIA Container Toolkit: "
-                    "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"]
+                    f"generate one with the NVIDIA Container Toolkit: {CDI_FIX}"]
+        podman = podman_cdi_version(host)
+        return [problem for p, text in nvidia if (problem := cdi_problem(str(p), text, podman))]
     elif runtime == "docker":
         try:
             runtimes = host.run(["docker", "info", "--format", "{{json .Runtimes}}"])

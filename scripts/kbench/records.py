@@ -9,14 +9,6 @@ from pathlib import Path
 
 from kbench import files
 
-# Where each runtime's environment record lives, relative to results_dir (the rules write them, cells depend on them).
-PATHS = {
-    "host": "environments/{stack}.{accelerator}.json",
-    "podman": "images/{stack}.{accelerator}.json",
-    "docker": "images/{stack}.{accelerator}.docker.json",
-    "apptainer": "images/{stack}.{accelerator}.sif.json",
-    "preinstalled": "preinstalled/{stack}.{accelerator}.json",
-}
 # kind -> the field that identifies the environment: an image by its ID (docker loads and SIFs carry the ID of the
 # podman image they came from), a venv by the digest of the lock it was installed from.
 IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256",
@@ -24,7 +16,10 @@ IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256",
 
 
 def path(runtime: str, stack: str, accelerator: str) -> str:
-    return PATHS[runtime].format(stack=stack, accelerator=accelerator)
+    """Where a runtime's environment record lives, relative to results_dir (kbench.launch.RUNTIMES: the rules write
+    them, cells depend on them)."""
+    from kbench import launch          # here: launch imports this module
+    return launch.runtime_of(runtime).record.format(stack=stack, accelerator=accelerator)
 
 
 def identity(record: dict) -> tuple[str, str | None]:

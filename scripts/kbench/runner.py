@@ -15,6 +15,8 @@ import socket
 import sys
 import traceback
 
+import numpy as np
+
 from kbench import cell, gpu, lockcheck, numerics, preflight, timing
 
 
@@ -85,6 +87,42 @@ def check_lock() -> dict:
     return lockcheck.verify(os.environ["KBENCH_LOCK"], os.environ.get("KBENCH_LOCK_MODE", "fail"))
 
 
+class Window:
+    """What is read just outside the timed window (kbench.timing's on_window): the framework's compile counters
+    before and after it, and the GPU's energy, clocks, temperature and slowdowns during it (kbench.gpu)."""
+
+    def __init__(self, backend):
+        self.backend, self.monitor = backend, gpu.WindowMonitor()
+        self.before, self.in_window = {}, {}
+
+    def __call__(self, phase: str) -> None:
+        if phase == "start":
+            self.before = self.backend.compile_counters()
+            self.monitor.start()
+        else:
+            self.monitor.stop()
+            after = self.backend.compile_counters()
+            self.in_window = {key: after[key] - self.before.get(key, 0) for key in after}
+
+    def evidence(self) -> dict:
+        """Compiles in the window (a recompile there timed compilation, not the compiled step) and CUDA-graph
+        skips; {} where the framework exposes no counters."""
+        return {"compiles": {"before_window": self.before, "in_window": self.in_window}} if self.before else {}
+
+
+def step_returns(output) -> str:
+    """Where a step's output is: "host" (Python or NumPy values: the step read its result back, a device sync, as
+    train_on_batch does with its loss) or "device" (arrays the framework still holds)."""
+    if isinstance(output, dict):
+        leaves = list(output.values())
+    elif isinstance(output, (list, tuple)):
+        leaves = list(output)
+    else:
+        leaves = [output]
+    host = (int, float, np.ndarray, np.generic)
+    return "host" if all(isinstance(leaf, host) for leaf in leaves) else "device"
+
+
 class CountedSync:
     """The backend's sync as the timer calls it, counted: the record shows the calls reached the timer."""
 
@@ -114,15 +152,16 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         provenance["device_facts"] = {**backend.device(), "nvml": gpu.facts()}
         check_device(spec, backend)
         numerics_record = set_and_probe_numerics(spec, backend)
-        numerics.check(numerics_record["probe"], spec["settings"]["tf32"])
+        numerics.check(numerics_record["probe"], spec["settings"]["tf32"], spec["dtypes"]["compute"],
+                       backend.device()["kind"])
         workload = adapters.build(adapter, spec)
         check_workload(spec, workload)
         memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
                       nvml_used_bytes_before_steps=gpu.used_bytes())
-        sync = CountedSync(backend.sync)
+        sync, window = CountedSync(backend.sync), Window(backend)
         steps = timing.measure(workload.step, sync, spec["steps"]["warmup"], spec["steps"]["timed"],
-                               keep=workload.keep, blocks=spec["steps"]["blocks"])
-        memory["nvml_used_bytes_after_steps"] = gpu.used_bytes()
+                               keep=workload.keep, blocks=spec["steps"]["blocks"], on_window=window)
+        memory.update(nvml_used_bytes_after_steps=gpu.used_bytes(), nvml_processes_after_steps=gpu.processes())
         losses = timed_losses(spec, steps)
         check_losses(losses)
         check_dtypes(spec, workload.dtypes())
@@ -137,7 +176,10 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
         # the warm-up steps it ran, and what the adapter observed of its objects
         result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms),
-                           "sync_blocks": len(steps.block_ms), "sync_calls": sync.calls, **workload.evidence()}
+                           "sync_blocks": len(steps.block_ms), "sync_calls": sync.calls,
+                           "step_returns": step_returns(steps.last_output), **window.evidence(),
+                           **workload.evidence()}
+        result.energy = window.monitor.record
     result.numerics = numerics_record
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
@@ -150,7 +192,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     if backend:
         result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
                                  sync=backend.sync_name, memory_policy=backend.memory_policy,
-                                 packages=backend.package_versions())
+                                 memory_view=backend.memory_view, packages=backend.package_versions())
     # what this process ran of the repository (rule cell's inputs must hold every one: kbench.sources)
     # (this module runs as __main__ under `python -m`: its spec keeps its name)
     result.provenance["kbench_modules"] = sorted({m for m in sys.modules if m.split(".")[0] == "kbench"}
@@ -184,7 +226,7 @@ def check_device(spec: dict, backend) -> None:
 def set_and_probe_numerics(spec: dict, backend) -> dict:
     """The framework's own float32 switches as the spec's tf32 setting says, then the probe of what a float32
     matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
-    switches = backend.set_tf32(spec["settings"]["tf32"])
+    switches = backend.set_tf32(spec["settings"]["tf32"], spec["dtypes"]["compute"])
     return {"tf32": spec["settings"]["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
 
 

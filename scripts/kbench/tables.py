@@ -32,18 +32,19 @@ from pathlib import Path
 import pandas as pd
 
 from kbench import cell, departures, flops, models, peaks, stats
-from kbench.precision import label as precision_table_label
+from kbench.precision import baselines as precision_baselines, label as precision_table_label
 
 ROW_KEYS = ["model", "task", "batch_size", "precision"]
 STUDY_KEYS = ["model", "task", "batch_size"]
 PARITY_TOLERANCE = 0.01
 # The tables build() writes, each as CSV, Markdown and HTML, and the two long tables (CSV only): the rules' outputs.
-TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory")
+TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory", "energy")
 FORMATS = ("csv", "md", "html")
 OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv"]
 UNREPRODUCED = "anchor settings not reproduced"
 BEST = "best Keras 3 (lowest of the row)"
 NETWORKS = "networks differ"
+FLAGS = "cell flags"
 
 
 def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
@@ -62,7 +63,26 @@ def summary_table(long: pd.DataFrame) -> pd.DataFrame:
 # What an ok cell's summary adds (empty for a cell that is not ok).
 MEASURED = ("estimate_ms", "ci_low_ms", "ci_high_ms", "ci_method", "repeat_means", "first_step_ms", "examples_per_s",
             "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu", "peak_device_mib",
-            "nvml_used_mib", "peak_host_rss_mib")
+            "nvml_used_mib", "nvml_process_mib", "memory_view", "peak_host_rss_mib", "energy_j_per_step",
+            "energy_j_per_token", "mean_power_w", "sm_clock_mhz_mean", "sm_clock_mhz_min", "memory_clock_mhz_mean",
+            "temperature_c_max", "slowdowns", "compiles_in_window", "graph_breaks", "cudagraph_skips", "cell_flags")
+FLAGGED = " †"         # a number measured under a condition its cell flags name (throttled, recompiled, ...)
+
+
+def cell_flags(first, ok: pd.DataFrame) -> str:
+    """What qualifies a cell's number, from its repeats: a GPU that slowed itself (power or thermal) during the
+    window, compilation inside the window, graph breaks or skipped CUDA graphs in a compiled cell."""
+    flags = []
+    slowdowns = sorted({s for text in ok.slowdowns.dropna() for s in text.split(", ") if s})
+    if slowdowns:
+        flags.append(f"throttled: {', '.join(slowdowns)}")
+    if ok.compiles_in_window.fillna(0).max() > 0:
+        flags.append(f"compiled {int(ok.compiles_in_window.max())}x inside the timed window")
+    if first.jit_compiled and ok.graph_breaks.fillna(0).max() > 0:
+        flags.append(f"{int(ok.graph_breaks.max())} graph breaks")
+    if first.jit_compiled and first.device != "cpu" and ok.cudagraph_skips.fillna(0).max() > 0:
+        flags.append("CUDA graphs skipped")
+    return "; ".join(flags)
 
 
 def estimate_text(estimate: stats.Estimate) -> str:
@@ -96,8 +116,11 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
     device = first.gpu_name if isinstance(first.gpu_name, str) else first.device
     least_s = peaks.peak_seconds(device, flops.by_kind(spec_like), classes) if known else None
     tflops = flop_count * per_second / 1e12 if flop_count else None
+    flags = cell_flags(first, ok)
+    tokens_per_step = ok.generated_tokens_per_step.iloc[0]
+    energy = ok.energy_j_per_step.mean() if ok.energy_j_per_step.notna().all() else None
     row.update(
-        status="ok", text=estimate_text(estimate), estimate_ms=estimate.ms, ci_low_ms=estimate.low,
+        status="ok", text=estimate_text(estimate) + (FLAGGED if flags else ""), cell_flags=flags, estimate_ms=estimate.ms, ci_low_ms=estimate.low,
         ci_high_ms=estimate.high, ci_method=estimate.method, repeat_means=json.dumps(list(estimate.means)),
         first_step_ms=ok.first_step_ms.median(), examples_per_s=first.batch_size * per_second,
         tokens_per_s=(ok.generated_tokens_per_step.iloc[0] * per_second
@@ -107,7 +130,16 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
         peak_tflops=flop_count / least_s / 1e12 if least_s else None,
         mfu=least_s * per_second if least_s else None,
         peak_device_mib=ok.peak_device_mib.max(), nvml_used_mib=ok.nvml_used_mib.max(),
-        peak_host_rss_mib=ok.peak_host_rss_mib.max())
+        nvml_process_mib=ok.nvml_process_mib.max(), memory_view=first.memory_view,
+        peak_host_rss_mib=ok.peak_host_rss_mib.max(),
+        energy_j_per_step=energy,
+        energy_j_per_token=energy / tokens_per_step if energy is not None and pd.notna(tokens_per_step) else None,
+        mean_power_w=ok.mean_power_w.mean(), sm_clock_mhz_mean=ok.sm_clock_mhz_mean.mean(),
+        sm_clock_mhz_min=ok.sm_clock_mhz_min.min(), memory_clock_mhz_mean=ok.memory_clock_mhz_mean.mean(),
+        temperature_c_max=ok.temperature_c_max.max(),
+        slowdowns=", ".join(sorted({s for t in ok.slowdowns.dropna() for s in t.split(", ") if s})),
+        compiles_in_window=ok.compiles_in_window.max(), graph_breaks=ok.graph_breaks.max(),
+        cudagraph_skips=ok.cudagraph_skips.max())
     return row
 
 
@@ -151,6 +183,7 @@ def ms_per_step_table(summary: pd.DataFrame, frameworks: list[str], unreproduced
             table[f"{framework} low"], table[f"{framework} high"] = low[framework], high[framework]
     table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
     table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
+    table[FLAGS] = row_flags(summary).reindex(table.index).fillna("")
     if unreproduced:
         columns = [f for f in frameworks if f in summary.framework.values]
         table[UNREPRODUCED] = [", ".join(departures.applying(list(unreproduced), model, task, columns))
@@ -174,6 +207,15 @@ def parity_flags(summary: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> 
     if counted.empty:
         return pd.Series(dtype=str)
     return counted.groupby(ROW_KEYS, sort=False).apply(flag, include_groups=False)
+
+
+def row_flags(summary: pd.DataFrame) -> pd.Series:
+    """Per row: each flagged cell's framework and flags ("keras3-jax: throttled: power cap (software)")."""
+    flagged = summary[summary.cell_flags.fillna("") != ""]
+    if flagged.empty:
+        return pd.Series(dtype=str)
+    return flagged.groupby(ROW_KEYS, sort=False).apply(
+        lambda group: "; ".join(f"{r.framework}: {r.cell_flags}" for r in group.itertuples()), include_groups=False)
 
 
 def network_flags(summary: pd.DataFrame) -> pd.Series:
@@ -265,6 +307,7 @@ def speedup_table(summary: pd.DataFrame, frameworks: list[str], keras3: list[str
             table[f"vs {framework} Welch"] = welch_by_framework[framework]
     table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
     table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
+    table[FLAGS] = row_flags(summary).reindex(table.index).fillna("")
     return table
 
 
@@ -288,35 +331,44 @@ def precision_table(summary: pd.DataFrame, frameworks: list[str], baseline: str)
 
 def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseline: str,
                             claims: list[dict]) -> pd.DataFrame:
-    """Rows model/task/batch/framework: baseline ms / ms of each other precision (x; above 1 is faster), from cells
-    that are ok at both precisions, whether their intervals separate (* one repeat) and, with repeats on both sides,
-    Welch's verdict, beside the claimed speedup."""
+    """Rows model/task/batch/framework: each baseline's ms / the ms of each other precision (x; above 1 is faster):
+    the configured baseline (float32) and every other baseline precision that ran (tf32, on a GPU), from cells
+    that are ok at both; whether their intervals separate (* one repeat) and, with repeats on both sides, Welch's
+    verdict; beside the claimed speedup and the baseline the claim is read against."""
     study = study_cells(summary, baseline)
     keys = STUDY_KEYS + ["framework"]
     if study.empty:
         return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
     ok = study[study.status == "ok"].set_index(keys + ["precision"])
     table = pd.DataFrame(index=_study_rows(study, frameworks))
-    for name in [p for p in study.precision.unique() if p != baseline]:
-        ratios, verdicts, pairs = [], [], []
-        for key in table.index:
-            a, b = (as_estimate(ok.loc[key + (p,)]) if key + (p,) in ok.index else None for p in (baseline, name))
-            if a is None or b is None:
-                ratios.append(None)
-                verdicts.append("")
-                pairs.append(None)
-                continue
-            ratios.append(round(a.ms / b.ms, 2))
-            verdicts.append(stats.interval_verdict(a, b, "different"))
-            pairs.append((a, b))
-        label = f"{precision_table_label(baseline)} / {precision_table_label(name)}"
-        table[f"{label} x"], table[f"{label} verdict"] = ratios, verdicts
-        welch = welch_verdicts(pairs)
-        if any(welch):
-            table[f"{label} Welch"] = welch
+    ran = list(study.precision.unique())
+    denominators = [b for b in precision_baselines(baseline) if b in ran]
+    for over in denominators:
+        # against the configured baseline every other precision (tf32 too: what TF32 buys), against the others
+        # the non-baselines
+        for name in [p for p in ran if p != over and (over == baseline or p not in denominators)]:
+            ratios, verdicts, pairs = [], [], []
+            for key in table.index:
+                a, b = (as_estimate(ok.loc[key + (p,)]) if key + (p,) in ok.index else None for p in (over, name))
+                if a is None or b is None:
+                    ratios.append(None)
+                    verdicts.append("")
+                    pairs.append(None)
+                    continue
+                ratios.append(round(a.ms / b.ms, 2))
+                verdicts.append(stats.interval_verdict(a, b, "different"))
+                pairs.append((a, b))
+            if over != baseline and not any(pairs):
+                continue          # a baseline no cell of the study ran (tf32 on a CPU): no empty columns
+            label = f"{precision_table_label(over)} / {precision_table_label(name)}"
+            table[f"{label} x"], table[f"{label} verdict"] = ratios, verdicts
+            welch = welch_verdicts(pairs)
+            if any(welch):
+                table[f"{label} Welch"] = welch
     claimed = {(c["model"], c["task"]): c for c in claims}
     found = [claimed.get((model, task), {}) for model, task, _, _ in table.index]
     table["claimed x"] = [c.get("speedup") for c in found]
+    table["claim against"] = [precision_table_label(c.get("baseline", baseline)) if c else "" for c in found]
     table["claim"] = [c.get("quote", "") for c in found]
     return table
 
@@ -343,10 +395,29 @@ def throughput_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def memory_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Three views of device memory, each named: the framework's allocator peak (what it counts differs by
+    framework: memory_view), NVML's device-wide use (every process, and under MIG in a container the parent GPU),
+    and NVML's per-process figure where one process was on the GPU."""
     ok = summary[summary.status == "ok"]
-    return ok.set_index(ROW_KEYS + ["framework"])[["peak_device_mib", "nvml_used_mib", "peak_host_rss_mib"]].rename(
-        columns={"peak_device_mib": "peak device MiB (framework)", "nvml_used_mib": "device MiB in use (NVML)",
-                 "peak_host_rss_mib": "peak host RSS MiB"})
+    return ok.set_index(ROW_KEYS + ["framework"])[
+        ["peak_device_mib", "memory_view", "nvml_used_mib", "nvml_process_mib", "peak_host_rss_mib"]].rename(
+        columns={"peak_device_mib": "peak device MiB (framework)", "memory_view": "what the framework counts",
+                 "nvml_used_mib": "device MiB in use (NVML, device-wide)",
+                 "nvml_process_mib": "device MiB of the cell's process (NVML)", "peak_host_rss_mib": "peak host RSS MiB"})
+
+
+def energy_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU cell: energy per step (and per generated token) from NVML's energy counter around the timed window,
+    mean power, clocks and temperature during it, the slowdowns the driver reported, and the MFU beside them."""
+    ok = summary[(summary.status == "ok") & summary.energy_j_per_step.notna()]
+    table = ok.set_index(ROW_KEYS + ["framework"])[
+        ["energy_j_per_step", "energy_j_per_token", "mean_power_w", "mfu", "sm_clock_mhz_mean", "sm_clock_mhz_min",
+         "memory_clock_mhz_mean", "temperature_c_max", "slowdowns"]]
+    return table.assign(mfu=(table.mfu * 100).round(2)).rename(columns={
+        "energy_j_per_step": "J/step", "energy_j_per_token": "J/token", "mean_power_w": "mean W", "mfu": "MFU %",
+        "sm_clock_mhz_mean": "SM MHz (mean)", "sm_clock_mhz_min": "SM MHz (min)",
+        "memory_clock_mhz_mean": "memory MHz (mean)", "temperature_c_max": "max °C",
+        "slowdowns": "slowdowns seen"}).round({"J/step": 4, "J/token": 5, "mean W": 1})
 
 
 def _study_rows(study: pd.DataFrame, frameworks: list[str]) -> pd.MultiIndex:
@@ -420,6 +491,12 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
                "recorded switches allowed; kbench.peaks), over the measured time; peak TFLOP/s: the peak they "
                "reach together. GPUs in kbench.peaks only.\n")
     write(memory_table(summary), out_dir, "memory", profile)
+    write(energy_table(summary), out_dir, "energy", profile,
+          note="\nGPU cells only: NVML's energy counter (mJ since the driver loaded) read just before and after the "
+               "timed window, over its steps (and generated tokens); mean W = energy / window time; clocks and "
+               "temperature sampled every 50 ms in the window; slowdowns: the clock-event reasons that mean the "
+               "GPU slowed itself (power cap, thermal, hardware slowdown, power brake), which also flag the cell's "
+               "number (†) in ms_per_step.\n")
 
 
 def comma_list(text: str) -> list[str]:

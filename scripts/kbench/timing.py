@@ -43,9 +43,11 @@ def block_sizes(timed: int, blocks: int) -> list[int]:
 
 def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, timed: int,
             clock: Callable[[], float] = time.perf_counter, keep: Callable[[Any], Any] = lambda out: out,
-            blocks: int = 1) -> StepTimes:
+            blocks: int = 1, on_window: Callable[[str], None] = lambda phase: None) -> StepTimes:
     """keep(output) is what survives of the first timed step's output until the window closes: a copy where later
-    steps reuse its memory (CUDA-graph replays); the last output is read right after the closing sync."""
+    steps reuse its memory (CUDA-graph replays); the last output is read right after the closing sync.
+    on_window("start") runs after the warm-up's last sync, just before the window opens, and on_window("end")
+    right after it closed (the energy counter, compile counters): never inside it."""
     if warmup < 0 or timed < 1:
         raise ValueError(f"steps: warmup must be >= 0 and timed >= 1, got warmup={warmup} timed={timed}")
     sync(None)                                  # nothing queued from model building leaks into step 1
@@ -56,6 +58,7 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
         warmup_ms.append((clock() - start) * 1e3)
 
     sizes = block_sizes(timed, blocks)
+    on_window("start")
     marks = [clock()]
     block_marks = [marks[0]]
     first = None
@@ -68,6 +71,7 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
         sync(out)
         marks[-1] = clock()                     # a block ends when the device has finished its steps
         block_marks.append(marks[-1])
+    on_window("end")
     step_ms = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
     return StepTimes(warmup_ms=warmup_ms, step_ms=step_ms, window_ms=(marks[-1] - marks[0]) * 1e3,
                      block_ms=[(b - a) * 1e3 for a, b in zip(block_marks, block_marks[1:])], block_steps=sizes,

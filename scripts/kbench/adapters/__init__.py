@@ -53,13 +53,18 @@ class Backend:
     sync: Callable[[Any], None]        # block until the device finished the work behind a step's output
     sync_name: str                     # what sync calls, as the cell records it (e.g. "jax.block_until_ready")
     device: Callable[[], dict]         # the device the framework really runs on: kind (gpu | cpu), name, count, ...
-    set_tf32: Callable[[str], dict]    # the framework's own TF32 switches for off | on | library-default; returns
-    #                                    their values afterwards
+    set_tf32: Callable[[str, str], dict]   # the framework's own TF32 switches for off | on | library-default,
+    #                                    given the cell's compute dtype; returns their values afterwards
     matmul: Callable[[Any, Any], Any]  # float32 a @ b on the cell's device, back as NumPy (kbench.numerics probe)
     peak_device_memory_bytes: Callable[[], int | None]
     reset_peak_device_memory: Callable[[], bool]      # False where the framework cannot reset its peak
     package_versions: Callable[[], dict[str, str]]
     memory_policy: dict = field(default_factory=dict)     # what the adapter did so frameworks share no GPU
+    # What the framework's peak device memory counts (its allocator's view, and whether it was reset after build).
+    memory_view: str = ""
+    # The framework's own compile counters now (graphs compiled, graph breaks, CUDA-graph skips, XLA compiles): the
+    # runner reads them before and after the timed window; {} where the framework exposes none.
+    compile_counters: Callable[[], dict] = dict
 
 
 def dtype_name(dtype) -> str:

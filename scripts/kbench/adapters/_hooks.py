@@ -44,13 +44,34 @@ def jax_hooks() -> dict:
         stats = dev.memory_stats() if on_gpu else None
         return stats.get("peak_bytes_in_use") if stats else None
 
-    def set_tf32(mode: str) -> dict:
-        if mode != "library-default":      # XLA's own GEMM fusions follow it too, not only cuBLAS
-            jax.config.update("jax_default_matmul_precision", "tensorfloat32" if mode == "on" else "highest")
+    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
+        """Only a float32-compute cell gets a default matmul precision: the setting is attached to every dot,
+        bf16 ones too, where a non-default precision forbids XLA:GPU's Triton GEMM fusions, and XLA:GPU mishandles
+        non-default precision_config inside while loops (jax issue 34917, fixed by PR 35091 after jax 0.10.2), which
+        keras-hub's generate runs. "off" is the F32_F32_F32 algorithm preset, the form that fix lowers HIGHEST to."""
+        if mode != "library-default" and compute_dtype == "float32":   # XLA's own GEMM fusions follow it too
+            jax.config.update("jax_default_matmul_precision", "tensorfloat32" if mode == "on" else "F32_F32_F32")
         return {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
     def matmul(a, b):
         return np.asarray(jax.numpy.matmul(jax.device_put(a, dev), jax.device_put(b, dev)))
+
+    compiled = {"backend_compiles": 0, "cache_hits": 0}
+
+    def on_duration(event, duration, **metadata):          # jax.monitoring passes metadata as keywords
+        if event == "/jax/core/compile/backend_compile_duration":     # fires on persistent-cache hits too
+            compiled["backend_compiles"] += 1
+
+    def on_event(event, **metadata):
+        if event == "/jax/compilation_cache/cache_hits":
+            compiled["cache_hits"] += 1
+    monitoring = getattr(jax, "monitoring", None)
+    if monitoring is not None:
+        monitoring.register_event_duration_secs_listener(on_duration)
+        monitoring.register_event_listener(on_event)
+
+    def compile_counters() -> dict:
+        return {"xla_compiles": compiled["backend_compiles"] - compiled["cache_hits"]} if monitoring else {}
 
     def device():
         backend = jax.extend.backend.get_backend() if hasattr(jax, "extend") else None
@@ -60,7 +81,9 @@ def jax_hooks() -> dict:
             "sync_name": "jax.block_until_ready",
             "device": device, "set_tf32": set_tf32, "matmul": matmul,
             "peak_device_memory_bytes": peak,
-            "reset_peak_device_memory": lambda: False}       # JAX keeps one peak per process: no reset
+            "reset_peak_device_memory": lambda: False,       # JAX keeps one peak per process: no reset
+            "memory_view": "jax peak_bytes_in_use: the whole process's peak, model build included (no reset)",
+            "compile_counters": compile_counters}
 
 
 def tf_hooks() -> dict:
@@ -72,8 +95,8 @@ def tf_hooks() -> dict:
     else:
         sync, sync_name = (lambda _: None), "none: TensorFlow runs synchronously on this CPU"
 
-    def set_tf32(mode: str) -> dict:
-        if mode != "library-default":
+    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
+        if mode != "library-default":       # float32 products only: a half-precision cell is untouched by it
             tf.config.experimental.enable_tensor_float_32_execution(mode == "on")
         return {"tensor_float_32_execution": tf.config.experimental.tensor_float_32_execution_enabled()}
 
@@ -93,15 +116,16 @@ def tf_hooks() -> dict:
     return {"sync": sync, "sync_name": sync_name, "device": device, "set_tf32": set_tf32, "matmul": matmul,
             "peak_device_memory_bytes": lambda: tf.config.experimental.get_memory_info("GPU:0")["peak"]
             if gpus else None,
-            "reset_peak_device_memory": reset_peak}
+            "reset_peak_device_memory": reset_peak,
+            "memory_view": "tensorflow get_memory_info peak: its allocator's peak since the reset after build"}
 
 
 def torch_hooks() -> dict:
     import torch
     cuda = torch.cuda.is_available()
 
-    def set_tf32(mode: str) -> dict:
-        if mode != "library-default":
+    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
+        if mode != "library-default":       # float32 products only: a half-precision cell is untouched by it
             on = mode == "on"
             torch.backends.cuda.matmul.allow_tf32 = on
             torch.backends.cudnn.allow_tf32 = on
@@ -126,4 +150,20 @@ def torch_hooks() -> dict:
             "sync_name": "torch.cuda.synchronize" if cuda else "none: torch runs synchronously on a CPU",
             "device": device, "set_tf32": set_tf32, "matmul": matmul,
             "peak_device_memory_bytes": lambda: torch.cuda.max_memory_allocated() if cuda else None,
-            "reset_peak_device_memory": reset_peak}
+            "reset_peak_device_memory": reset_peak,
+            "memory_view": "torch max_memory_allocated: tensors' peak since the reset after build (the caching "
+                           "allocator's reserve and the CUDA context are not in it)",
+            "compile_counters": lambda: dynamo_counters(torch)}
+
+
+def dynamo_counters(torch) -> dict:
+    """torch.compile's own counters (torch._dynamo.utils.counters): graphs compiled (a recompile is one more),
+    graph breaks, the unsupported constructs that end a graph without being counted as a break (data-dependent
+    branches), and Inductor's CUDA-graph skips."""
+    import sys
+    keys = ("graphs", "graph_breaks", "unsupported", "cudagraph_skips")
+    if "torch._dynamo.utils" not in sys.modules:    # nothing was compiled (and importing it now, after TensorFlow,
+        return dict.fromkeys(keys, 0)               # would load Triton after TF: a segfault in Keras's process)
+    counters = sys.modules["torch._dynamo.utils"].counters
+    return dict(zip(keys, (counters["stats"]["unique_graphs"], sum(counters["graph_break"].values()),
+                           sum(counters["unimplemented"].values()), counters["inductor"]["cudagraph_skips"])))

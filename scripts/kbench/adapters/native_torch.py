@@ -8,8 +8,10 @@ decoding) or model (torch.compile(model), then generate: the anchor's, whose dec
 happens in the warm-up steps, so its cost is the first-step time and never part of ms/step. Each workload's evidence
 says what was compiled, read from the objects built.
 Fit is a standard PyTorch loop, the work of one HF Trainer.training_step plus its optimizer step: forward, loss,
-backward, optimizer.step, zero_grad. Left out against Trainer: gradient clipping and the LR schedule (the Keras cells
-have neither), and Trainer's per-step bookkeeping, which would be harness overhead.
+backward, optimizer.step, zero_grad, and the loss read back to the host (as train_on_batch does). Left out against
+Trainer: gradient clipping and the LR schedule (the Keras cells have neither), and Trainer's per-step bookkeeping,
+which would be harness overhead. Models are built where they run: parameters created on the cell's device in its
+weights dtype (kbench.adapters.native_torch._built), never in float32 on the host first.
 Precision (spec["dtypes"], kbench.precision): the module is cast to the weights dtype (pure bfloat16, as the Keras
 cells' dtype policy; LoRA factors as settings.lora_dtype says); a compute dtype other than the weights' runs
 forward and loss under torch.autocast; loss scaling is torch.amp.GradScaler, as PyTorch's AMP recipe.
@@ -42,9 +44,23 @@ def prepare(spec: dict) -> dict:
 
 # ---------------------------------------------------------------- models
 
+def _built(spec, device, make):
+    """make() run where its parameters are created as the cell runs them: on the cell's device, in its weights
+    dtype (a 7B model built in float32 on the host, then cast and moved, takes about 34 GB of host memory and
+    minutes of CPU before a step runs)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(_torch_dtype(spec["dtypes"]["weights"]))
+    try:
+        with torch.device(device):
+            return make()
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def _bert(spec, rng, device):
     import transformers
-    model = transformers.BertForSequenceClassification(transformers.BertConfig(**models.hf_bert_config(spec["arch"])))
+    config = transformers.BertConfig(**models.hf_bert_config(spec["arch"]))
+    model = _built(spec, device, lambda: transformers.BertForSequenceClassification(config))
     x, labels = data.bert(spec, rng)
     inputs = _tensors(data.torch_bert(x), device)
     if spec["task"] == "predict":
@@ -55,7 +71,8 @@ def _bert(spec, rng, device):
 
 def _resnet50(spec, rng, device):
     import torchvision
-    model = torchvision.models.resnet50(weights=None, num_classes=spec["arch"]["num_classes"])
+    model = _built(spec, device, lambda: torchvision.models.resnet50(weights=None,
+                                                                      num_classes=spec["arch"]["num_classes"]))
     images, labels = data.images_and_labels(spec, rng)
     target = _tensors(labels.astype("int64"), device)                # cross_entropy takes int64 class indices
     return _fit(model, _tensors((data.channels_first(images),), device), spec, "sgd",
@@ -68,7 +85,8 @@ def _causal_lm(spec, rng, device):
         "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM, models.hf_gemma_config),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, models.hf_mistral_config),
     }[spec["model"]]
-    model = model_cls(config_cls(**kwargs(spec["arch"])))
+    config = config_cls(**kwargs(spec["arch"]))
+    model = _built(spec, device, lambda: model_cls(config))
     if spec["task"] == "generate":
         return _generate(model, data.prompt_tokens(spec, rng), spec, device)
     import peft
@@ -119,7 +137,7 @@ def _generate(model, prompt, spec, device):
 
 
 def _sam(spec, rng, device):
-    sam = _segment_anything(spec["arch"])
+    sam = _built(spec, device, lambda: _segment_anything(spec["arch"]))
     images = _tensors(data.channels_first(data.sam_images(spec, rng)), device)
     if spec["task"] == "fit":   # the image encoder alone against a random embedding, as the anchor
         target = _tensors(data.channels_first(data.sam_embedding_target(spec, rng)), device)
@@ -165,20 +183,26 @@ def _stable_diffusion(spec, rng, device):
     if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from diffusers.models.autoencoders.vae import Encoder
         images, target = (_tensors(data.channels_first(a), device) for a in data.sd_fit(spec, rng))
-        return _fit(Encoder(**kw["vae_encoder"]), (images,), spec, "adam", loss=_mse(target))
+        return _fit(_built(spec, device, lambda: Encoder(**kw["vae_encoder"])), (images,), spec, "adam",
+                    loss=_mse(target))
     # predict: one classifier-free-guided denoising step of the diffusers pipeline: the UNet on the 2n batch
     # (unconditional + conditional), guidance, one DDIM scheduler step. Prompt embeddings stand in for the text encoder.
     from diffusers import DDIMScheduler, UNet2DConditionModel
-    unet = _place(UNet2DConditionModel(**kw["unet"]), spec, device).eval()
+    unet = _place(_built(spec, device, lambda: UNet2DConditionModel(**kw["unet"])), spec, device).eval()
     scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")   # SD v1.4
     scheduler.set_timesteps(50)
-    t = scheduler.timesteps[0]
+    # The scheduler gets the timestep as a Python int (its arithmetic on a tensor timestep is a data-dependent
+    # branch: a graph break under torch.compile), the UNet a device tensor made once (a CPU tensor is copied to the
+    # device, with a stream sync, on every call: diffusers unet_2d_condition.py, `timesteps[None].to(device)`).
+    t = int(scheduler.timesteps[0])
+    timestep = torch.tensor([t], device=device)
     latent, context, unconditional = data.sd_denoising(spec, rng)
     latents, contexts = _tensors((data.channels_first(latent), np.concatenate([unconditional, context])), device)
     forward, autocast = _maybe_compile(unet, spec), _autocast(spec, device)
 
     def denoise():
-        eps_uncond, eps_text = forward(torch.cat([latents] * 2), t, encoder_hidden_states=contexts).sample.chunk(2)
+        eps_uncond, eps_text = forward(torch.cat([latents] * 2), timestep,
+                                       encoder_hidden_states=contexts).sample.chunk(2)
         eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
         return scheduler.step(eps, t, latents).prev_sample
     # "step": the whole denoising step compiled, as the anchor's torch.compile(pipeline) reached it
@@ -272,9 +296,10 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
 
     def step():
         _note_compute_dtype(seen, device, module, autocast)
-        return train()
-    # Under reduce-overhead the loss is a CUDA-graph output that the next replay overwrites: keep a copy.
-    return _workload(module, step, spec, seen, keep=torch.Tensor.clone, evidence=lambda: _evidence(forward, train, "train-step"))
+        # The loss read back to the host every step, as Keras's train_on_batch does with its logs (and as HF
+        # Trainer's per-step isnan check did): every column's fit does the same host work, one device sync a step.
+        return train().item()
+    return _workload(module, step, spec, seen, evidence=lambda: _evidence(forward, train, "train-step"))
 
 
 def _predict(module, inputs, spec) -> Workload:

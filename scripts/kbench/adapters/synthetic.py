@@ -11,8 +11,8 @@ spec["arch"]: {"matrix_size": N}; spec["task_options"]:
   build_s: seconds the build takes (or KBENCH_SYNTHETIC_BUILD_S): a cell that is surely running when a test
          interrupts the run
   trainable: how many of the 2*N*N parameters to report trainable (default all)
-  dtype: the dtype its matrices and products are in (default float64), whatever the spec's precision says: a
-         workload that ran in another dtype than it was asked for
+  dtype: the dtype its matrices and products are in, whatever the spec's precision says (default: the precision's
+         compute dtype): a workload that ran in another dtype than it was asked for
   reuse_output: a fit whose steps return one buffer, overwritten by each step with a falling loss (as CUDA-graph
          replays reuse their output memory); the workload keeps a copy of the first
   device_ms: each step also queues this many milliseconds of work on a simulated asynchronous device (a worker
@@ -59,6 +59,16 @@ class AsyncDevice:
 DEVICE = AsyncDevice()
 
 
+def device() -> dict:
+    """The CPU; with KBENCH_SYNTHETIC_GPU=1, a stand-in GPU named after the one device the launcher handed the cell
+    (CUDA_VISIBLE_DEVICES): the harness's GPU paths run without a GPU."""
+    if os.environ.get("KBENCH_SYNTHETIC_GPU") == "1":
+        visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+        return {"kind": "gpu", "name": f"synthetic GPU {','.join(visible)}", "count": len(visible),
+                "platform_version": None}
+    return {"kind": "cpu", "name": "cpu", "count": 1, "platform_version": None}
+
+
 def backend() -> Backend:
     """A CPU backend. KBENCH_SYNTHETIC_MATMUL=tf32 makes its float32 matmul round its inputs to TF32's 10-bit
     mantissa, as a GPU with TF32 left on would (the numerics probe must see it)."""
@@ -67,8 +77,8 @@ def backend() -> Backend:
             a, b = numerics.round_mantissa(a, 10), numerics.round_mantissa(b, 10)
         return a @ b
     return Backend(name="numpy", sync=DEVICE.sync, sync_name="synthetic device queue join",
-                   device=lambda: {"kind": "cpu", "name": "cpu", "count": 1, "platform_version": None},
-                   set_tf32=lambda mode: {}, matmul=matmul, peak_device_memory_bytes=lambda: None,
+                   device=device,
+                   set_tf32=lambda mode, compute_dtype="float32": {}, matmul=matmul, peak_device_memory_bytes=lambda: None,
                    reset_peak_device_memory=lambda: False, package_versions=lambda: {"numpy": np.__version__})
 
 
@@ -104,7 +114,7 @@ def _matmul(spec: dict, rng) -> Workload:
         time.sleep(3600)
     time.sleep(float(options.get("build_s") or os.environ.get("KBENCH_SYNTHETIC_BUILD_S") or 0))
     n = spec["arch"]["matrix_size"]
-    dtype = np.dtype(options.get("dtype") or "float64")
+    dtype = np.dtype(options.get("dtype") or spec["dtypes"]["compute"])
     a, b = rng.standard_normal((n, n)).astype(dtype), rng.standard_normal((n, n)).astype(dtype)
     trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504

@@ -1,0 +1,86 @@
+"""A stand-in for nvidia-ml-py on a machine without a GPU: four H100s (GPU-fake-0..3), each drawing 300 W (the
+energy counter grows with time), SM 1980 MHz, memory 2619 MHz, 61 C, one compute process holding 3 GiB, and the
+clock-event reasons in KBENCH_FAKE_NVML_REASONS (an int bitmask, default none). Only what kbench.gpu calls."""
+import os
+import time
+from types import SimpleNamespace
+
+NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+_START = time.monotonic()
+_UUIDS = [f"GPU-fake-{i}" for i in range(4)]
+
+
+class NVMLError(Exception):
+    pass
+
+
+def nvmlInit():
+    pass
+
+
+def nvmlDeviceGetHandleByIndex(index):
+    return index
+
+
+def nvmlDeviceGetHandleByUUID(uuid):
+    return _UUIDS.index(uuid)
+
+
+def nvmlDeviceGetIndex(handle):
+    return handle
+
+
+def nvmlDeviceGetUUID(handle):
+    return _UUIDS[handle]
+
+
+def nvmlDeviceGetName(handle):
+    return "NVIDIA H100 80GB HBM3"
+
+
+def nvmlSystemGetDriverVersion():
+    return "580.95.05"
+
+
+def nvmlSystemGetCudaDriverVersion():
+    return 13000
+
+
+def nvmlDeviceGetCount():
+    return len(_UUIDS)
+
+
+def nvmlDeviceGetMemoryInfo(handle, version=None):
+    return SimpleNamespace(total=80 * 2**30, used=4 * 2**30, free=76 * 2**30)
+
+
+def nvmlDeviceGetMigMode(handle):
+    return (0, 0)
+
+
+def nvmlDeviceGetMaxClockInfo(handle, kind):
+    return 1980
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle):
+    return 700_000
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    return int((time.monotonic() - _START) * 300 * 1e3)        # mJ at 300 W
+
+
+def nvmlDeviceGetClockInfo(handle, kind):
+    return {NVML_CLOCK_SM: 1980, NVML_CLOCK_MEM: 2619}[kind]
+
+
+def nvmlDeviceGetTemperatureV(handle, sensor):
+    return 61
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle):
+    return int(os.environ.get("KBENCH_FAKE_NVML_REASONS", "0"))
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    return [SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30)]

@@ -1,0 +1,104 @@
+"""A GPU host faked on this CPU machine: nvidia-smi listing 4 GPUs, the synthetic stack pretending to a GPU, and a
+fake NVML (tests/fake_nvml/pynvml.py). One cell per GPU, side by side; energy, clocks and slowdowns read around
+the timed window."""
+import copy
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import CONFIG, REPO, snakemake
+from kbench import cell, tables
+
+FAKE_NVML = Path(__file__).parent / "fake_nvml"
+UUIDS = [f"GPU-fake-{i}" for i in range(4)]
+
+
+def fake_gpu_host(folder: Path, gpus: int = 4) -> dict:
+    """A bin folder whose nvidia-smi lists `gpus` H100s (driver 580), first on PATH: the environment to run in."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{i}, NVIDIA H100 80GB HBM3, 580.95.05, GPU-fake-{i}\\n" for i in range(gpus))
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{rows}'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def gpu_workflow(folder: Path, columns: int, build_s: float) -> list[str]:
+    config = copy.deepcopy(CONFIG)
+    env = {"KBENCH_SYNTHETIC_GPU": "1", "KBENCH_SYNTHETIC_BUILD_S": str(build_s)}
+    names = [f"gpu-column-{i}" for i in range(columns)]
+    config["framework_defs"].update({name: {"stack": "synthetic", "adapter": "synthetic", "env": env,
+                                            "jit_compile": False} for name in names})
+    config["model_defs"]["synthetic"] = {
+        "precisions": ["float32"], "tasks": {"fit": {"batch_sizes": [4], "learning_rate": 1e-3}},
+        "sizes": {"tiny": {"arch": {"matrix_size": 64}, "inputs": {}}}}
+    config.update(models=["synthetic"], frameworks=names, precisions=["float32"], suite="tiny", accelerator="gpu",
+                  runtime="host", cell_timeout_minutes=2)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for shared in ("envs", "scripts", "containers"):
+        (folder / shared).symlink_to(REPO / shared)
+    return ["--configfile", str(folder / "config.yaml")]
+
+
+def utc(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text)
+
+
+def test_a_host_with_four_gpus_runs_four_cells_at_once_each_on_its_own_gpu_and_a_fifth_waits(tmp_path):
+    env = fake_gpu_host(tmp_path)
+    options = gpu_workflow(tmp_path, columns=5, build_s=6)
+    proc = snakemake("--cores", "4", *options, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    results = [cell.read(p) for p in sorted((tmp_path / "results/cells").rglob("*.r1.json"))]
+    assert len(results) == 5 and all(r.status == "ok" for r in results), [r.error for r in results]
+    seen = [r.provenance["environment_variables"].get("CUDA_VISIBLE_DEVICES") for r in results]
+    assert all(s in UUIDS for s in seen), seen                          # one GPU each, never every GPU
+    assert [r.provenance["launcher"]["gpus_allocated"] for r in results] == [[s] for s in seen]
+    assert all(r.provenance["device"] == f"synthetic GPU {s}" for r, s in zip(results, seen))
+    spans = sorted((utc(r.provenance["started_utc"]), utc(r.provenance["finished_utc"]), s)
+                   for r, s in zip(results, seen))
+    first_four, fifth = spans[:4], spans[4]
+    assert len({s for _, _, s in first_four}) == 4                      # four cells, four different GPUs ...
+    assert max(start for start, _, _ in first_four) < min(end for _, end, _ in first_four)    # ... at once
+    assert fifth[0] >= min(end for _, end, _ in first_four)          # the fifth waited for a GPU to be free
+
+
+def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_path, monkeypatch):
+    """In process, against the fake NVML: 300 W on an H100 that reported a software power cap in the window."""
+    sys.path.insert(0, str(FAKE_NVML))
+    monkeypatch.setenv("KBENCH_FAKE_NVML_REASONS", str(0x4 | 0x1))            # power cap, and idle (not a slowdown)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-2")
+    from test_launch import synthetic_spec
+    from kbench import lockcheck, runner
+    lock = tmp_path / "venv.lock"
+    lock.write_text("".join(f"{n}=={v}\n" for n, v in sorted(lockcheck.installed().items())))
+    monkeypatch.setenv("KBENCH_LOCK", str(lock))
+    try:
+        result = runner.run(synthetic_spec(timed=10, build_s=0), {"runtime": "test"})
+    finally:
+        sys.path.remove(str(FAKE_NVML))
+        sys.modules.pop("pynvml", None)
+    assert result.status == "ok", result.error
+    nvml = result.provenance["device_facts"]["nvml"]
+    assert nvml["uuid"] == "GPU-fake-2" and nvml["name"] == "NVIDIA H100 80GB HBM3" and nvml["index"] == 2
+    energy = result.energy
+    assert energy["slowdowns"] == ["power cap (software)"]
+    assert energy["energy_j"] == pytest.approx(300 * energy["window_s"], rel=0.05)
+    assert energy["mean_power_w"] == pytest.approx(300, rel=0.05)
+    assert energy["sm_clock_mhz_mean"] == 1980 and energy["memory_clock_mhz_mean"] == 2619
+    assert energy["temperature_c_max"] == 61 and energy["samples"] >= 1
+    assert result.memory["nvml_processes_after_steps"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]
+    summary = tables.summary_table(tables.long_table([result]))
+    row = summary.iloc[0]
+    assert row.energy_j_per_step == pytest.approx(energy["energy_j"] / 10)
+    assert row.cell_flags == "throttled: power cap (software)" and row.text.endswith(tables.FLAGGED)
+    assert row.nvml_process_mib == 3072.0
+    energy_table = tables.energy_table(summary)
+    assert energy_table.iloc[0]["slowdowns seen"] == "power cap (software)" and energy_table.iloc[0]["mean W"] > 0

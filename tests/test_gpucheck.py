@@ -1,0 +1,41 @@
+"""The ten-minute GPU check, on this CPU machine: a fake nvidia-smi with four GPUs and the synthetic stack pretending
+to a GPU (the harness alone), through the same launcher, lease, preflight and runner as the workflow."""
+import json
+import subprocess
+import sys
+import time
+
+from conftest import REPO
+from test_gpu_host import fake_gpu_host
+
+
+def gpucheck(tmp_path, *args, timeout=300):
+    env = {**fake_gpu_host(tmp_path), "PYTHONPATH": str(REPO / "scripts")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "kbench.gpucheck", "--plan", "synthetic", "--out",
+                           str(tmp_path / "out"), *args], capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def test_the_gpu_check_runs_its_plan_and_prints_one_table(tmp_path):
+    proc, _ = gpucheck(tmp_path, "--deadline", "200", "--timed", "10")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "GPUs (nvidia-smi): 0: NVIDIA H100 80GB HBM3 (driver 580.95.05)" in out
+    assert "missing " in out and "torch" in out.split("missing ", 1)[1]      # reports what it lacks, runs anyway
+    table = [line for line in out.splitlines() if line.startswith("| synthetic fit")]
+    assert len(table) == 4 and all("| ok " in line and "synthetic GPU GPU-fake-" in line for line in table), out
+    report = json.loads(next((tmp_path / "out").glob("*/gpucheck.json")).read_text())
+    assert {row["status"] for row in report["cells"]} == {"ok"}
+    cells = list((tmp_path / "out").glob("*/cells/**/*.r1.json"))
+    assert len(cells) == 4 and all(json.loads(p.read_text())["provenance"]["runtime"] == "preinstalled" for p in cells)
+
+
+def test_the_gpu_check_stops_starting_cells_at_its_deadline(tmp_path):
+    proc, elapsed = gpucheck(tmp_path, "--deadline", "27", "--timed", "10")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    statuses = [row["status"] for row in json.loads(next((tmp_path / "out").glob("*/gpucheck.json")).read_text())[
+        "cells"]]
+    assert statuses[0] == "ok" and "not run: deadline" in statuses, statuses
+    assert elapsed < 27 + 15
