@@ -29,6 +29,7 @@ include: "rules/common.smk"
 include: "rules/environments.smk"
 include: "rules/images.smk"
 include: "rules/cells.smk"
+include: "rules/equivalence.smk"
 include: "rules/tables.smk"
 include: "rules/report.smk"
 

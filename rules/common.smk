@@ -126,6 +126,23 @@ def profile_cells(wildcards):
                       wildcards.suite)
 
 
+def equivalence_jsons(suite, profile):
+    """The equivalence jobs' JSONs of one profile of the suite: the reference and every column of every model."""
+    if not config["equivalence"]["enabled"]:
+        return []
+    found = []
+    for model in config["models"]:
+        columns = matrix.equivalence_frameworks(config, suite, profile, model)
+        if columns:
+            base = results("equivalence", suite, profile, model)
+            found += [os.path.join(base, "reference.json")] + [os.path.join(base, f"{f}.json") for f in columns]
+    return found
+
+
+def profile_equivalence(wildcards):
+    return equivalence_jsons(wildcards.suite, wildcards.profile)
+
+
 def table_files(suite):
     """Every profile's tables, the departures page and the run facts."""
     return ([results("tables", suite, profile, name) for profile in config["profiles"] for name in tables.OUTPUTS]

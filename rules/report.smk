@@ -36,7 +36,8 @@ rule archive:
     """One finished run -> results/archive/<run_id>.tar.gz with a SHA-256 manifest (see kbench.archive).
     The report is an input: make it first with `snakemake --report results/report/<suite>.html`."""
     input:
-        cells=cell_jsons(matrix.cells(config), config["suite"]),
+        cells=cell_jsons(matrix.cells(config), config["suite"])
+        + [path for profile in config["profiles"] for path in equivalence_jsons(config["suite"], profile)],
         tables=table_files(config["suite"]),
         plots=plot_files(config["suite"]),
         report=results("report", f"{config['suite']}.html"),

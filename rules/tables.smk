@@ -3,6 +3,7 @@ rule tables:
     study's tables and the long table."""
     input:
         cells=profile_cells,
+        equivalence=profile_equivalence,
     output:
         [in_report(results("tables/{suite}/{profile}", name), "Tables", "{profile}") if name.endswith(".html")
          else results("tables/{suite}/{profile}", name) for name in tables.OUTPUTS],
@@ -14,12 +15,14 @@ rule tables:
         baseline=config["precision_study"]["baseline"],
         claims=json.dumps(config["precision_study"]["claims"]),
         unreproduced=lambda wildcards: json.dumps(departures.unreproduced(config, wildcards.profile)),
+        differences=json.dumps(config["equivalence"]["differences"]),
         out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
     localrule: True
     shell:
         "python -m kbench.tables --profile {wildcards.profile} --frameworks={params.frameworks} "
         "--keras3={params.keras3} --baseline={params.baseline} --claims={params.claims:q} "
-        "--unreproduced={params.unreproduced:q} --out {params.out_dir} {input.cells} > {log} 2>&1"
+        "--unreproduced={params.unreproduced:q} --differences={params.differences:q} "
+        "--equivalence {input.equivalence} --out {params.out_dir} {input.cells} > {log} 2>&1"
 
 
 rule departures:

@@ -98,7 +98,7 @@ def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
     table = pd.read_csv(tables / "ms_per_step.csv")
     assert list(table.columns) == ["model", "task", "batch_size", "precision",
                                    *(c for f in frameworks for c in (f, f"{f} low", f"{f} high")), "params_parity",
-                                   "networks differ", "cell flags"]
+                                   "networks differ", "cell flags", "equivalence"]
     assert len(table) == 2 * len(models)
     values = table[frameworks].astype(float)     # "failed: ..." would not parse
     assert (values > 0).all().all()

@@ -63,7 +63,8 @@ def test_spec_resolves_size_steps_and_task_options(config):
 def test_paper_llm_fit_uses_lora_rank_4_and_bf16(config):
     for model in ("gemma", "mistral"):
         spec = matrix.spec(config, "paper", model, "fit", 8, "bfloat16", "keras3-jax")
-        assert spec["task_options"] == {"lora_rank": 4, "learning_rate": 1e-3} and spec["precision"] == "bfloat16"
+        assert spec["task_options"] == {"lora_rank": 4, "learning_rate": 1e-3, "optimizers": config["optimizers"]}
+        assert spec["precision"] == "bfloat16"
 
 
 def test_a_size_may_give_its_own_batch_sizes(config):
@@ -103,9 +104,9 @@ def test_a_profile_is_its_settings_after_the_departures_it_keeps(config):
     def settings(profile, model, task, framework):
         return matrix.settings(config, profile, model, task, framework)
     assert settings("strict", "bert", "fit", "native-torch-compiled") == {
-        "tf32": "off", "warmup": 3, "sync_blocks": 10, "jit_compile": True, "compile_site": "module"}
+        "tf32": "off", "warmup": 3, "sync_blocks": 10, "jit_compile": True, "compile_site": "module", "gelu": "tanh"}
     assert settings("anchor", "bert", "fit", "native-torch-compiled") == {       # HF Trainer switched TF32 on
-        "tf32": "on", "warmup": 2, "sync_blocks": 10, "jit_compile": True, "compile_site": "module"}
+        "tf32": "on", "warmup": 2, "sync_blocks": 10, "jit_compile": True, "compile_site": "module", "gelu": "exact"}
     assert settings("anchor", "sam", "predict", "keras2") == {"tf32": "library-default", "warmup": 1,
                                                                "sync_blocks": 10, "jit_compile": False}
     assert settings("anchor", "gemma", "generate", "native-torch-compiled")["compile_site"] == "model"

@@ -45,14 +45,14 @@ def summary(results):
 
 def test_ms_per_step_has_anchor_shape_and_status_texts(results):
     readable = tables.ms_per_step_table(summary(results), FRAMEWORKS, readable=True)
-    assert list(readable.columns) == FRAMEWORKS + ["params_parity", tables.NETWORKS, tables.FLAGS]
+    assert list(readable.columns) == FRAMEWORKS + ["params_parity", tables.NETWORKS, tables.FLAGS, tables.EQUIVALENCE]
     assert readable.loc[("bert", "fit", 32, "float32")].tolist() == [
-        "10.00 ± 0.00*", "20.00 ± 0.00*", "40.00 ± 0.00*", "", "", ""]           # one repeat each: within-run intervals
+        "10.00 ± 0.00*", "20.00 ± 0.00*", "40.00 ± 0.00*", "", "", "", ""]           # one repeat each: within-run intervals
     assert readable.loc[("sam", "predict", 4, "float32")].tolist() == [
-        "failed: MemoryError", "8.00 ± 0.00*", "n/a: needs Keras 3", "", "", ""]
+        "failed: MemoryError", "8.00 ± 0.00*", "n/a: needs Keras 3", "", "", "", ""]
     numbers = tables.ms_per_step_table(summary(results), FRAMEWORKS)
     assert list(numbers.columns) == [c for f in FRAMEWORKS for c in (f, f"{f} low", f"{f} high")] + [
-        "params_parity", tables.NETWORKS, tables.FLAGS]
+        "params_parity", tables.NETWORKS, tables.FLAGS, tables.EQUIVALENCE]
     assert numbers.loc[("bert", "fit", 32, "float32"), "keras3-jax"] == 10.0
 
 
@@ -175,7 +175,7 @@ def test_parity_counts_failed_cells_that_built_their_model(config):
     assert tables.parity_flags(long)[("gemma", "fit", 8, "bfloat16")] == "total +1.6%, trainable +inf%"
     assert tables.ms_per_step_table(long, ["keras2", "keras3-jax"], readable=True).loc[
         ("gemma", "fit", 8, "bfloat16")].tolist() == ["failed: LoRANotApplied", "10.00 ± 0.00*",
-                                                      "total +1.6%, trainable +inf%", "", ""]
+                                                      "total +1.6%, trainable +inf%", "", "", ""]
 
 
 # ---------------------------------------------------------------- the mixed-precision study
@@ -242,7 +242,7 @@ def test_an_adapters_unsupported_reads_apart_from_a_configured_na(config):
         result(config, "sam", "predict", 4, "keras3-torch", status="unsupported",
                error=cell.error_info("NotSupported", "keras3 adapter has no sam predict"))])
     assert tables.ms_per_step_table(long, FRAMEWORKS, readable=True).loc[("sam", "predict", 4, "float32")].tolist() \
-        == ["n/a: not configured", "unsupported: keras3 adapter has no sam predict", "", "", ""]
+        == ["n/a: not configured", "unsupported: keras3 adapter has no sam predict", "", "", "", ""]
 
 
 def test_speedup_carries_the_parity_flag_of_its_row(config):

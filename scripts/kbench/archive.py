@@ -104,8 +104,9 @@ class Run:
         self.files: dict[str, bytes] = {}
         if self.source.is_dir():
             self.suite = suite or self._only_suite()
-            for path in (self.source / "cells" / self.suite).rglob("*.json"):
-                self.files[str(path.relative_to(self.source))] = path.read_bytes()
+            for folder in ("cells", "equivalence"):
+                for path in (self.source / folder / self.suite).rglob("*.json"):
+                    self.files[str(path.relative_to(self.source))] = path.read_bytes()
             return
         with tarfile.open(self.source) as tar:
             for member in tar.getmembers():
@@ -122,6 +123,12 @@ class Run:
         if len(found) != 1:
             raise ValueError(f"{self.source}: give --suite; cells/ holds suites: {', '.join(found) or 'none'}")
         return found[0]
+
+    def equivalence(self, profile: str) -> list[cell.CellResult]:
+        """The equivalence jobs of one profile (kbench.equivalence), in path order."""
+        prefix = f"equivalence/{self.suite}/{profile}/"
+        return [cell.CellResult.from_json(json.loads(data), name) for name, data in sorted(self.files.items())
+                if name.startswith(prefix) and name.endswith(".json")]
 
     def cells(self) -> dict[str, list[cell.CellResult]]:
         """cell_id -> its repeats, in repeat order."""
@@ -264,13 +271,16 @@ def timing_arithmetic(result: cell.CellResult) -> list[str]:
     return found
 
 
-def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult]], out: Path) -> None:
-    """Every profile's tables and the departures page, as rules tables and departures make them, into out/."""
+def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult]], out: Path,
+                 equivalence=lambda profile: []) -> None:
+    """Every profile's tables and the departures page, as rules tables and departures make them, into out/
+    (equivalence(profile): that profile's equivalence jobs)."""
     for profile in config["profiles"]:
         in_run_order = [r for c in matrix.cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
         tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile, profile,
                      config["precision_study"]["baseline"], config["precision_study"]["claims"],
-                     departures.unreproduced(config, profile))
+                     departures.unreproduced(config, profile), equivalence(profile),
+                     config["equivalence"]["differences"])
     departures.write(config["departures"], config["profile_defs"], out)
 
 
@@ -287,7 +297,7 @@ def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[st
                 if name.startswith(prefix) and not name.endswith("run_facts.html")}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        build_tables(config, run.suite, cells, out)
+        build_tables(config, run.suite, cells, out, run.equivalence)
         rebuilt = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     problems = [f"{prefix}{name}: differs from the table rebuilt from the cell JSONs"
                 for name in sorted(set(archived) & set(rebuilt)) if archived[name] != rebuilt[name]]

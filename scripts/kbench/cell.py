@@ -20,9 +20,9 @@ SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "unsupported")
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
 # (5: timing had no synced blocks, block_ms; such a record of one repeat gets no within-run interval.)
-_ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1, "energy": None},
-                3: {"evidence": None, "repeat": 1, "energy": None}, 4: {"repeat": 1, "energy": None},
-                5: {"energy": None}}
+_ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1, "energy": None, "equivalence": None},
+                3: {"evidence": None, "repeat": 1, "energy": None, "equivalence": None},
+                4: {"repeat": 1, "energy": None, "equivalence": None}, 5: {"energy": None, "equivalence": None}}
 
 
 class SchemaError(ValueError):
@@ -60,6 +60,7 @@ class CellResult:
     evidence: dict | None = None
     memory: dict | None = None
     energy: dict | None = None      # the GPU during the timed window (kbench.gpu.WindowMonitor): energy, clocks, slowdowns
+    equivalence: dict | None = None     # an equivalence job's findings (kbench.equivalence), not a cell's
     repeat: int = 1                 # which fresh process of the cell this is (1 .. config repeats)
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION

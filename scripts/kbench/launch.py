@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = REPO / "containers" / "containers.conf"
 SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
 OUT_IN_IMAGE = "/kbench/out"
+IN_IMAGE = "/kbench/in"
 RESULT_NAME = "result.json"
 # The host runtime's cell gets these of the driver's environment and nothing else (the spec adds its own): a stray
 # XLA_FLAGS or OMP_NUM_THREADS in the shell that started Snakemake must not change a measurement unrecorded.
@@ -63,6 +64,7 @@ class Options:
     cpus: float | None = None
     cpuset: list[int] | None = None
     remove: bool = True                         # --rm (the launcher removes its cells itself, after reading OOM)
+    files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def _container_run(binary: str):
     def prefix(environment: dict, out: Path, o: Options) -> list[str]:
         argv = [binary, "run", *(["--rm"] if o.remove else []), "-i", "--init", "--name", o.name, "--network", "none",
                 f"--label=kbench.out={out.parent.resolve()}"]
-        argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in _mounts(out)]
+        argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in _mounts(out, o.files)]
         argv += [f"--memory={o.memory_mb}m"] if o.memory_mb else []
         argv += [f"--cpus={o.cpus}"] if o.cpus else []
         argv += [f"--cpuset-cpus={','.join(map(str, o.cpuset))}"] if o.cpuset else []
@@ -104,12 +106,20 @@ def _container_run(binary: str):
 
 def _apptainer(environment: dict, out: Path, o: Options) -> list[str]:
     return ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
-            "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in _mounts(out)),
+            "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in _mounts(out, o.files)),
             "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"]
 
 
-def _mounts(out: Path) -> list[tuple[Path, str, str]]:
-    return [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw")]
+def _mounts(out: Path, files: dict | None = None) -> list[tuple[Path, str, str]]:
+    return [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw"),
+            *((Path(path).resolve(), f"{IN_IMAGE}/{name}", "ro") for name, path in (files or {}).items())]
+
+
+def files_as_seen(runtime: str, files: dict | None) -> dict:
+    """Where the process finds each file it reads: its own path on the host, the mount point in an image."""
+    if runtime_of(runtime).image is None:
+        return {name: str(Path(path).resolve()) for name, path in (files or {}).items()}
+    return {name: f"{IN_IMAGE}/{name}" for name in (files or {})}
 
 
 _ID = lambda environment: environment["id"]          # noqa: E731  (images are started by ID, never by tag)
@@ -210,8 +220,11 @@ def git_commit() -> str:
 
 def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
              timeout_s: float | None = None, repeat: int = 1, memory_mb: int | None = None,
-             cpus: float | None = None, image_archive: str | Path | None = None) -> cell.CellResult:
-    """image_archive: where a node whose container storage lacks the image loads it from (a cluster node)."""
+             cpus: float | None = None, image_archive: str | Path | None = None, module: str = "kbench.runner",
+             files: dict | None = None) -> cell.CellResult:
+    """image_archive: where a node whose container storage lacks the image loads it from (a cluster node); module:
+    what the process runs (kbench.runner for a cell, kbench.equivalence for an equivalence job); files: name -> path
+    of files it reads (mounted read-only into a container)."""
     out, log = Path(out), Path(log)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -227,7 +240,7 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
                 with gpu_lease(spec, runtime) as gpus:
                     context["launcher"]["gpus_allocated"] = gpus
                     failure = _supervise(spec, runtime, environment, context, out, log, timeout_s, memory_mb, cpus,
-                                         gpus)
+                                         gpus, module, files)
         except (LaunchError, OSError, ValueError, KeyError) as error:
             failure = cell.error_info("LaunchError", f"the cell process could not be started: "
                                                      f"{type(error).__name__}: {error}")
@@ -343,7 +356,7 @@ def _preflight(spec: dict, runtime: str) -> dict | None:
 
 def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: Path, log: Path,
                timeout_s: float | None, memory_mb: int | None, cpus: float | None,
-               gpus: list[str] | None) -> dict | None:
+               gpus: list[str] | None, module: str = "kbench.runner", files: dict | None = None) -> dict | None:
     """Start the cell, wait for it (killing it whole on timeout, on SIGTERM/SIGINT, or when the driver dies), move
     its result out of its staging folder; the failure (decoded) or None."""
     name = f"kbench-{uuid.uuid4().hex[:12]}"
@@ -351,7 +364,8 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
     staging.mkdir()
     container = runtime_of(runtime).container
     argv = command(runtime, environment, staging / RESULT_NAME, gpu=preflight.is_gpu(spec["accelerator"]), name=name,
-                   gpus=gpus, memory_mb=memory_mb, cpus=cpus, cpuset=allocated_cpus(), remove=not container)
+                   module=module, gpus=gpus, memory_mb=memory_mb, cpus=cpus, cpuset=allocated_cpus(),
+                   remove=not container, files=files)
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime})")
     stop = _Stop(runtime, name if container else None)
@@ -367,7 +381,7 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
             stop.process = proc
             watchdog = _Watchdog(stop)
             watchdog.start()
-            proc.stdin.write(json.dumps({"spec": spec, "context": context}))
+            proc.stdin.write(json.dumps({"spec": spec, "context": context, "files": files_as_seen(runtime, files)}))
             proc.stdin.close()
             try:
                 returncode = proc.wait(timeout=timeout_s)
@@ -378,8 +392,8 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
             finally:
                 watchdog.leave_if_abandoned()
         oom = stop.oom_killed()
-        if (staging / RESULT_NAME).exists():
-            os.replace(staging / RESULT_NAME, out)
+        for made in sorted(staging.glob("result.*")):      # the record, and any arrays written beside it
+            os.replace(made, out.with_suffix(made.suffix))
         if oom:
             return cell.error_info("OutOfMemory", "the kernel killed the cell for memory (container OOMKilled)")
         return None if returncode == 0 else exit_failure(returncode, memory_mb if container else None)

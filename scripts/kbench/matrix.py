@@ -17,6 +17,7 @@ from kbench import precision
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = ("fit", "predict", "generate")
+GELU_MODELS = ("bert",)     # whose feed-forward GELU is a setting (settings.gelu)
 
 
 class ConfigError(ValueError):
@@ -87,6 +88,9 @@ def check_references(config: dict, repo: Path = REPO) -> None:
         _require(claim["task"], models[claim["model"]]["tasks"], f"precision_study.claims[{i}].task")
     for i, profile in enumerate(config["profiles"]):
         _require(profile, config["profile_defs"], f"profiles[{i}] (see profile_defs)")
+    _require(config["equivalence"]["reference"], frameworks, "equivalence.reference (see framework_defs)")
+    for i, rule in enumerate(config["equivalence"]["differences"]):
+        _check_patterns(rule, config, f"equivalence.differences[{i}]")
     for i, rule in enumerate(config["not_compilable"]):
         _check_patterns(rule, config, f"not_compilable[{i}]")
     for departure in config["departures"]:
@@ -179,6 +183,8 @@ def settings(config: dict, profile: str, model: str, task: str, framework: str) 
     resolved = {"tf32": base["tf32"], "warmup": base["warmup"], "sync_blocks": base["sync_blocks"], "jit_compile": jit}
     if "lora_rank" in config["model_defs"][model]["tasks"][task]:
         resolved["lora_dtype"] = base["lora_dtype"]
+    if model in GELU_MODELS:
+        resolved["gelu"] = base["gelu"]
     for departure in config["departures"]:
         if profile in departure["kept_by"]:
             for rule in departure.get("applies", []):
@@ -203,6 +209,8 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
     model_def = config["model_defs"][model]
     size_def = model_def["sizes"][suite["size"]]
     task_options = {k: v for k, v in model_def["tasks"][task].items() if k != "batch_sizes"}
+    if task == "fit":
+        task_options["optimizers"] = config["optimizers"]
     cell_settings = settings(config, profile, model, task, framework)
     if precision.PRECISIONS[precision_name].tf32:        # the precision is a TF32 mode: it sets it in every profile
         cell_settings["tf32"] = precision.PRECISIONS[precision_name].tf32
@@ -228,3 +236,30 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
                   "blocks": cell_settings["sync_blocks"]},
         "seed": config["seed"],
     }
+
+
+# ---------------------------------------------------------------- the equivalence check's jobs
+
+def equivalence_frameworks(config: dict, suite: str, profile: str, model: str) -> list[str]:
+    """The selected columns that run at least one cell of the model (the reference column runs its own job)."""
+    return [f for f in config["frameworks"]
+            if any(c.model == model and c.framework == f and not c.not_applicable and c.profile == profile
+                   for c in cells(config, suite))]
+
+
+def equivalence_job(config: dict, suite: str, profile: str, model: str, framework: str,
+                    reference: bool = False) -> dict:
+    """What an equivalence job process gets (kbench.equivalence): every runnable cell spec of the model in the
+    column, float32 first; reference: this job makes the reference (weights and outputs) instead of comparing."""
+    settings = config["equivalence"]
+    found = [c for c in cells(config, suite) if c.model == model and c.framework == framework
+             and c.profile == profile and not c.not_applicable]
+    found.sort(key=lambda c: (c.precision != "float32", c.task, c.precision))
+    specs = [spec(config, suite, c.model, c.task, c.batch_size, c.precision, c.framework, profile) for c in found]
+    name = "reference" if reference else framework
+    return {"cell_id": f"{suite}/{profile}/equivalence/{model}/{name}", "job": "equivalence", "suite": suite,
+            "profile": profile, "model": model, "framework": framework, "accelerator": config["accelerator"],
+            "framework_def": config["framework_defs"][framework],
+            "env": specs[0]["env"] if specs else cell_env(config, framework, config["settings"]),
+            "cells": specs, "reference": None if reference else "reference",
+            "fit_steps": settings["fit_steps"], "differences": settings["differences"], "seed": config["seed"]}

@@ -143,12 +143,21 @@ def keras_cv_sam_kwargs(arch: dict) -> dict:
 PEFT_LORA_TARGETS = ["q_proj", "v_proj"]
 
 
-def hf_bert_config(arch: dict) -> dict:
-    """transformers.BertConfig(**kwargs) for BertForSequenceClassification."""
-    return {"vocab_size": arch["vocabulary_size"], "num_hidden_layers": arch["num_layers"],
-            "num_attention_heads": arch["num_heads"], "hidden_size": arch["hidden_dim"],
-            "intermediate_size": arch["intermediate_dim"], "max_position_embeddings": arch["max_sequence_length"],
-            "type_vocab_size": arch["num_segments"], "num_labels": arch["num_classes"]}
+# BERT's feed-forward GELU: keras-hub and keras-nlp always use the tanh approximation (keras_hub bert_backbone.py:131,
+# keras_nlp 0.12.1 bert_backbone.py:146: gelu_approximate); HF's BertConfig defaults to the exact one ("gelu").
+HF_GELU = {"tanh": "gelu_pytorch_tanh", "exact": "gelu"}
+
+
+def hf_bert_config(arch: dict, gelu: str = "tanh", dropout: float | None = None) -> dict:
+    """transformers.BertConfig(**kwargs) for BertForSequenceClassification; gelu: tanh (as the Keras columns) or
+    exact (HF's default); dropout: all three of HF's dropouts (None: HF's default 0.1, as keras-hub's)."""
+    config = {"vocab_size": arch["vocabulary_size"], "num_hidden_layers": arch["num_layers"],
+              "num_attention_heads": arch["num_heads"], "hidden_size": arch["hidden_dim"],
+              "intermediate_size": arch["intermediate_dim"], "max_position_embeddings": arch["max_sequence_length"],
+              "type_vocab_size": arch["num_segments"], "num_labels": arch["num_classes"], "hidden_act": HF_GELU[gelu]}
+    if dropout is not None:
+        config.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
+    return config
 
 
 def _hf_decoder_config(arch: dict) -> dict:

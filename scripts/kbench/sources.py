@@ -62,7 +62,9 @@ def cell_modules(adapter: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)        # rule cell asks once per job: parse each adapter's sources once per run
-def cell_sources(adapter: str) -> list[str]:
-    """The files of cell_modules(adapter), relative to the repository root (rule cell's inputs)."""
+def cell_sources(adapter: str, entry: str = "kbench.runner") -> list[str]:
+    """The files of the modules a process of `entry` (kbench.runner: a cell; kbench.equivalence: an equivalence
+    job) and the adapter run, relative to the repository root (the rules' code inputs)."""
     root = SCRIPTS.parent
-    return [str(_path(m).relative_to(root)) for m in cell_modules(adapter)]   # a list: Snakemake's input form
+    found = modules([entry, f"kbench.adapters.{adapter}"])
+    return [str(_path(m).relative_to(root)) for m in found]   # a list: Snakemake's input form

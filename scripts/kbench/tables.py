@@ -38,9 +38,11 @@ ROW_KEYS = ["model", "task", "batch_size", "precision"]
 STUDY_KEYS = ["model", "task", "batch_size"]
 PARITY_TOLERANCE = 0.01
 # The tables build() writes, each as CSV, Markdown and HTML, and the two long tables (CSV only): the rules' outputs.
-TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory", "energy")
+TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory", "energy",
+          "equivalence")
 FORMATS = ("csv", "md", "html")
-OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv"]
+OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv",
+                                                                      "equivalence_long.csv"]
 UNREPRODUCED = "anchor settings not reproduced"
 BEST = "best Keras 3 (lowest of the row)"
 NETWORKS = "networks differ"
@@ -168,8 +170,15 @@ def _wide(summary: pd.DataFrame, values: str, frameworks: list[str]) -> pd.DataF
     return wide.reindex(index=_rows(summary), columns=[f for f in frameworks if f in wide.columns])
 
 
+def flag_rows(index: pd.MultiIndex, flags: pd.Series | None) -> list[str]:
+    """A per model/task flag (the equivalence check's) on each table row of that model and task."""
+    if flags is None or flags.empty:
+        return [""] * len(index)
+    return [flags.get((key[0], key[1]), "") for key in index]
+
+
 def ms_per_step_table(summary: pd.DataFrame, frameworks: list[str], unreproduced: list[dict] = (),
-                      readable: bool = False) -> pd.DataFrame:
+                      readable: bool = False, equivalence: pd.Series | None = None) -> pd.DataFrame:
     """readable: "estimate ± half-width" per cell (Markdown, HTML); else the estimate and its interval's bounds."""
     text = _wide(summary, "text", frameworks).fillna("")
     if readable:
@@ -184,6 +193,7 @@ def ms_per_step_table(summary: pd.DataFrame, frameworks: list[str], unreproduced
     table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
     table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
     table[FLAGS] = row_flags(summary).reindex(table.index).fillna("")
+    table[EQUIVALENCE] = flag_rows(table.index, equivalence)
     if unreproduced:
         columns = [f for f in frameworks if f in summary.framework.values]
         table[UNREPRODUCED] = [", ".join(departures.applying(list(unreproduced), model, task, columns))
@@ -269,7 +279,8 @@ def welch_verdicts(pairs: list[tuple[stats.Estimate, stats.Estimate] | None]) ->
     return verdicts
 
 
-def speedup_table(summary: pd.DataFrame, frameworks: list[str], keras3: list[str]) -> pd.DataFrame:
+def speedup_table(summary: pd.DataFrame, frameworks: list[str], keras3: list[str],
+                  equivalence: pd.Series | None = None) -> pd.DataFrame:
     """The best Keras 3 backend is selected per row, as the anchor did: the row's lowest Keras 3 estimate; a Keras 3
     backend whose interval overlaps the best's is named as not shown to differ from it. Against each column:
     other/best - 1 in % (the CSV always has it), and two verdicts: the intervals' (that % only where they separate;
@@ -308,6 +319,7 @@ def speedup_table(summary: pd.DataFrame, frameworks: list[str], keras3: list[str
     table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
     table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
     table[FLAGS] = row_flags(summary).reindex(table.index).fillna("")
+    table[EQUIVALENCE] = flag_rows(table.index, equivalence)
     return table
 
 
@@ -330,7 +342,7 @@ def precision_table(summary: pd.DataFrame, frameworks: list[str], baseline: str)
 
 
 def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseline: str,
-                            claims: list[dict]) -> pd.DataFrame:
+                            claims: list[dict], costs: dict | None = None) -> pd.DataFrame:
     """Rows model/task/batch/framework: each baseline's ms / the ms of each other precision (x; above 1 is faster):
     the configured baseline (float32) and every other baseline precision that ran (tf32, on a GPU), from cells
     that are ok at both; whether their intervals separate (* one repeat) and, with repeats on both sides, Welch's
@@ -365,6 +377,14 @@ def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseli
             welch = welch_verdicts(pairs)
             if any(welch):
                 table[f"{label} Welch"] = welch
+        if costs and over == baseline:      # what the precision costs in accuracy, beside what it buys in speed
+            found = [costs.get((model, task, framework, name)) for model, task, _, framework in table.index]
+            if any(found):
+                label = precision_table_label(name)
+                table[f"{label} output rel error"] = [None if f is None else float(f"{f[0]:.2g}") for f in found]
+                if any(f and f[1] is not None for f in found):
+                    table[f"{label} loss rel error"] = [None if f is None or f[1] is None else float(f"{f[1]:.2g}")
+                                                        for f in found]
     claimed = {(c["model"], c["task"]): c for c in claims}
     found = [claimed.get((model, task), {}) for model, task, _, _ in table.index]
     table["claimed x"] = [c.get("speedup") for c in found]
@@ -467,21 +487,37 @@ def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_sectio
                                           + shown.to_html(na_rep="", border=0) + f"\n<p>{note}</p>\n</body></html>\n")
 
 
+EQUIVALENCE_NOTE = ("\nEvery column loads the reference column's unit-scale weights and runs the row's outputs on the "
+                    "cells' inputs (fit: also the losses of a few optimizer steps), in float32, compared with the "
+                    "reference's: rel = the relative (Frobenius) error of its worst output; ✓ within, ✗ beyond the "
+                    "tolerance 2 x 2^-24 x sqrt(K x D) (K: the longest contraction, D: the products in sequence). "
+                    "Other precisions: their error against the column's own float32 (the accuracy cost). aligned: "
+                    "the native column with a named design difference removed. 'training steps drift': the losses "
+                    "after the steps left the reference's by more than 10 x steps x the tolerance. ms_per_step "
+                    "and speedup flag every row whose outputs are not shown equivalent.\n")
+
+
 def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
-          profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = ()) -> None:
+          profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = (),
+          equivalence: list[cell.CellResult] = (), differences: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = long_table(results)
     long.drop(columns=["step_ms", "block_means", "arch", "inputs", "task_options", "precision_switches"]).to_csv(
         out_dir / "cells_long.csv", index=False)
     summary = summary_table(long)
     summary.to_csv(out_dir / "cells_summary.csv", index=False)
-    write(ms_per_step_table(summary, frameworks, unreproduced), out_dir, "ms_per_step", profile,
-          readable=ms_per_step_table(summary, frameworks, unreproduced, readable=True), note=NOTE)
-    write(speedup_table(summary, frameworks, keras3), out_dir, "speedup", profile, note=NOTE)
+    checked = equivalence_long(list(equivalence), list(differences))
+    flags = equivalence_flags(checked)
+    write(ms_per_step_table(summary, frameworks, unreproduced, equivalence=flags), out_dir, "ms_per_step", profile,
+          readable=ms_per_step_table(summary, frameworks, unreproduced, readable=True, equivalence=flags),
+          note=NOTE)
+    write(speedup_table(summary, frameworks, keras3, flags), out_dir, "speedup", profile, note=NOTE)
+    checked.to_csv(out_dir / "equivalence_long.csv", index=False)
+    write(equivalence_table(checked, frameworks), out_dir, EQUIVALENCE, profile, note=EQUIVALENCE_NOTE)
     write(params_table(summary, frameworks), out_dir, "params", profile)
     write(precision_table(summary, frameworks, baseline), out_dir, "precision", profile, by_section=True)
-    write(precision_speedup_table(summary, frameworks, baseline, list(claims)), out_dir, "precision_speedup",
-          profile, by_section=True)
+    write(precision_speedup_table(summary, frameworks, baseline, list(claims), accuracy_costs(checked)), out_dir,
+          "precision_speedup", profile, by_section=True)
     write(throughput_table(summary), out_dir, "throughput", profile,
           note="\nexamples/s: batch elements per second (\"one example is\" says what one is: for SD predict a latent "
                "through one denoising step, not an image). FLOPs: model FLOPs per step (kbench.flops: 2 x "
@@ -513,13 +549,143 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", required=True)
     parser.add_argument("--unreproduced", default="[]", type=json.loads,
                         help="JSON list of the departures no profile keeps (kbench.departures.unreproduced)")
+    parser.add_argument("--equivalence", nargs="*", default=[], help="the equivalence jobs' JSONs of the profile")
+    parser.add_argument("--differences", default="[]", type=json.loads,
+                        help="JSON list of config equivalence.differences")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("results", nargs="+")
     args = parser.parse_args(argv)
     build([cell.read(p) for p in args.results], comma_list(args.frameworks), comma_list(args.keras3), args.out,
-          args.profile, args.baseline, args.claims, args.unreproduced)
+          args.profile, args.baseline, args.claims, args.unreproduced, [cell.read(p) for p in args.equivalence],
+          args.differences)
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---------------------------------------------------------------- the equivalence check
+
+EQUIVALENCE = "equivalence"
+
+
+def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = ()) -> pd.DataFrame:
+    """One row per model / task / precision / column / variant of the equivalence jobs (kbench.equivalence): the
+    worst relative error of its outputs against what it was compared with, the tolerance, the losses' errors, the
+    first divergent generated token, weights the mapping did not load, and the verdict."""
+    from kbench.matrix import matches
+    rows = []
+    for job in jobs:
+        spec, report = job.spec, job.equivalence or {}
+        base = {"model": spec["model"], "framework": spec["framework"], "reference column": bool(
+            report.get("reference"))}
+        if job.status != "ok":
+            rows.append({**base, "task": "", "precision": "", "variant": "", "verdict": job.text()})
+            continue
+        for entry in report.get("results", []):
+            for variant, found in (entry.get("variants") or {"": {}}).items():
+                row = {**base, "task": entry["task"], "precision": entry["precision"], "variant": variant,
+                       "tolerance": entry.get("tolerance")}
+                if "error" in entry:
+                    rows.append({**row, "verdict": entry["error"].split(":", 1)[0] + ": " + entry["error"].split(
+                        ": ", 2)[-1]})
+                    continue
+                compared = found.get("compared") or {}
+                tokens = compared.get("tokens", {})
+                loaded = found.get("loaded") or {}
+                difference = [d["what"] for d in differences if matches(d.get("model"), spec["model"])
+                              and matches(d.get("task"), entry["task"]) and matches(d.get("framework"), spec["framework"])]
+                row.update(
+                    against=found.get("against", "(the reference)"), rel=found.get("rel"),
+                    max_abs=max((v.get("max_abs", 0.0) for v in compared.values()), default=None),
+                    outputs=", ".join(f"{k} {v['rel']:.1e}" for k, v in compared.items() if "rel" in v),
+                    loss_first_rel=(found.get("loss_rel") or [None])[0],
+                    loss_last_rel=(found.get("loss_rel") or [None])[-1],
+                    first_divergent_token=tokens.get("first_divergence"),
+                    not_loaded=_names(loaded.get("missing", [])), not_in_column=_names(loaded.get("unexpected", [])),
+                    steps=len(found.get("losses") or []),
+                    design_difference="; ".join(difference))
+                row["verdict"] = equivalence_verdict(row, report.get("reference"))
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _names(names: list[str]) -> str:
+    return "" if not names else f"{len(names)}: " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def equivalence_verdict(row: dict, is_reference: bool) -> str:
+    """equivalent | differs (what and by how much) | differs by design (named in config) | mapping incomplete."""
+    if is_reference and row["precision"] == "float32":
+        return "reference"
+    if row["not_loaded"]:
+        return f"mapping incomplete: not loaded from the reference: {row['not_loaded']}"
+    if row.get("rel") is None:
+        return "not compared"
+    if row["precision"] != "float32":       # a precision's cost against the column's float32: measured, not judged
+        return f"accuracy cost: rel {row['rel']:.1e}"
+    token = row.get("first_divergent_token")
+    if row["rel"] <= row["tolerance"] and token is None:
+        return "equivalent" + _drift(row)
+    what = f"rel {row['rel']:.1e} > {row['tolerance']:.1e}" + (f", greedy tokens differ from position {token}"
+                                                               if token is not None else "")
+    if row["design_difference"] and row["variant"] != "aligned":
+        return f"differs by design ({what}): {row['design_difference']}"
+    return f"differs: {what}" + _drift(row)
+
+
+def _drift(row: dict) -> str:
+    """The fit's losses after its steps, where they left the reference's by more than 10 x steps x the tolerance:
+    each step carries the forward's and backward's rounding into the weights, and an adaptive optimizer can scale a
+    gradient's relative error up to the update's size; more than that is another training step (batch-norm
+    statistics over a tiny batch are ill-conditioned enough to reach it too)."""
+    last, steps = row.get("loss_last_rel"), row.get("steps") or 1
+    if last is None or pd.isna(last) or last <= 10 * steps * row["tolerance"]:
+        return ""
+    return f"; training steps drift: loss rel {last:.1e} after {steps} steps"
+
+
+def equivalence_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
+    """Rows model/task/precision, a column per framework: the relative error of its outputs (as built, and aligned
+    where a design difference is named) and the verdict."""
+    if long.empty or "rel" not in long:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=["model", "task", "precision"]))
+
+    def text(group: pd.DataFrame) -> str:
+        parts = []
+        for r in group.itertuples():
+            label = "aligned: " if r.variant == "aligned" else ""
+            if pd.isna(r.rel):
+                parts.append(f"{label}{r.verdict}")
+            elif r.verdict.startswith("accuracy cost"):
+                parts.append(f"rel {r.rel:.1e}")
+            elif r.verdict.startswith("equivalent"):
+                parts.append(f"{label}rel {r.rel:.1e} ✓{r.verdict.removeprefix('equivalent')}")
+            else:
+                parts.append(f"{label}rel {r.rel:.1e} ✗ ({r.verdict})")
+        return "; ".join(parts)
+    shown = long[(long.task != "") & ~long["reference column"]]
+    table = shown.groupby(["model", "task", "precision", "framework"], sort=False).apply(
+        text, include_groups=False).unstack("framework")
+    return table.reindex(columns=[f for f in frameworks if f in table.columns]).fillna("")
+
+
+def equivalence_flags(long: pd.DataFrame) -> pd.Series:
+    """Per model/task (float32, as built): the columns whose outputs are not shown to be the reference's, and why:
+    the flag ms_per_step and speedup carry, as params_parity does."""
+    if long.empty or "verdict" not in long:
+        return pd.Series(dtype=str)
+    rows = long[(long.precision == "float32") & (long.variant == "as built")
+                & ~long.verdict.str.startswith(("equivalent", "reference"))]
+    return rows.groupby(["model", "task"], sort=False).apply(
+        lambda g: "; ".join(f"{r.framework}: {r.verdict}" for r in g.itertuples()), include_groups=False)
+
+
+def accuracy_costs(long: pd.DataFrame) -> dict:
+    """(model, task, framework, precision) -> the relative error of that precision's outputs against the column's own
+    float32 outputs on the same weights and inputs (and its loss after the fit steps against float32's)."""
+    if long.empty or "rel" not in long:
+        return {}
+    costs = long[(long.precision != "float32") & long.rel.notna()]
+    return {(r.model, r.task, r.framework, r.precision): (r.rel, r.loss_last_rel) for r in costs.itertuples()}

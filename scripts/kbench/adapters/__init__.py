@@ -44,6 +44,10 @@ class Workload:
     # What the cell observes of its own settings, read from the objects it built after the steps ran (whether and
     # where it compiled, metrics, LoRA dtype): compared with the settings its profile asked for.
     evidence: Callable[[], dict] = dict
+    # For the equivalence check (kbench.equivalence): the framework model whose weights it loads, and its outputs on
+    # the cell's inputs in inference mode, as {name: NumPy array} in the model's own layout.
+    model: Any = None
+    outputs: Callable[[], dict] | None = None
 
 
 @dataclass

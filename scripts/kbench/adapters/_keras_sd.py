@@ -32,12 +32,12 @@ def build(spec, rng, predict, to_device):
         model = keras.Model(encoder.inputs, encoder.layers[-3].output)
         images, y = _inputs.sd_fit(spec, rng)
         return _keras.fit(keras, model, images, y, spec, _keras.optimizer(keras, spec, "adam"),
-                          keras.losses.MeanSquaredError(), to_device)
+                          keras.losses.MeanSquaredError(), to_device, output="moments")
     u = kw["unet"]
     model = guided_denoising_step(unet(**u))
     latent, context, unconditional = _inputs.sd_denoising(spec, rng)
     t_emb = timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
-    return predict(model, [latent, t_emb, context, unconditional], spec)
+    return predict(model, [latent, t_emb, context, unconditional], spec, output="latent")
 
 
 def unet(latent_size, latent_channels, block_channels, layers_per_block, num_heads, context_dim, text_length,

@@ -29,18 +29,28 @@ def prepare(spec: dict) -> dict:
     return _keras.prepare(tf.keras, spec)
 
 
+def load_reference(workload, arrays, spec: dict) -> dict:
+    """Keras 3's weights into keras-nlp's and keras-cv's Keras 2 models: the same order and shapes for BERT, ResNet-50
+    and Stable Diffusion; SAM's encoders list theirs in another order (kbench.mappings: KERAS2_ORDER)."""
+    from kbench import mappings
+    order = mappings.keras2_order(spec["model"], spec["task"])
+    return _keras.load_reference(workload, order(arrays, workload.model) if order else arrays, spec)
+
+
 # ---------------------------------------------------------------- models
 
 def _bert(spec, rng):
     import keras_nlp
     import tensorflow as tf
-    backbone = keras_nlp.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]))
-    model = keras_nlp.models.BertClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None)
+    dropout = _keras.check_dropout(spec)
+    backbone = keras_nlp.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]), **dropout)
+    model = keras_nlp.models.BertClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
+                                            **dropout)
     x, y = data.bert(spec, rng)
     if spec["task"] == "predict":
-        return _predict(model, x, spec)
+        return _predict(model, x, spec, evidence=_keras.bert_gelu(backbone))
     return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "adamw"),
-                      _keras.logits_ce(tf.keras), _to_device)
+                      _keras.logits_ce(tf.keras), _to_device, evidence=_keras.bert_gelu(backbone))
 
 
 def _resnet50(spec, rng):
@@ -76,11 +86,12 @@ def _sam(spec, rng):
     images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
         return _keras.fit(tf.keras, image_encoder, images, data.sam_embedding_target(spec, rng), spec,
-                          _keras.optimizer(tf.keras, spec, "adam"), tf.keras.losses.MeanSquaredError(), _to_device)
+                          _keras.optimizer(tf.keras, spec, "adam"), tf.keras.losses.MeanSquaredError(), _to_device,
+                          output="image_embedding")
     model = SegmentAnythingModel(
         backbone=image_encoder, prompt_encoder=SAMPromptEncoder(**kw["prompt_encoder"]),
         mask_decoder=SAMMaskDecoder(**kw["mask_decoder"], transformer=TwoWayTransformer(**kw["transformer"])))
-    return _predict(model, data.sam_prompts(spec, rng, images), spec)
+    return _predict(model, data.sam_prompts(spec, rng, images), spec, select=_keras.sam_masks)
 
 
 def _stable_diffusion(spec, rng):
@@ -95,13 +106,15 @@ MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "mistral": for_tasks(_mist
 
 # ---------------------------------------------------------------- the forward step
 
-def _predict(model, x, spec):
+def _predict(model, x, spec, output="logits", select=None, evidence=None):
     """model(x, training=False) in one tf.function, as Keras's predict_step runs it, without predict()'s per-call
     data-adapter setup and copy back to numpy."""
     import tensorflow as tf
     forward = tf.function(lambda x: model(x, training=False), jit_compile=spec["settings"]["jit_compile"])
     x = _to_device(x)
-    return _keras.workload(model, lambda: forward(x), spec, lambda: {"jit_compile": _keras.compiled(forward)})
+    return _keras.workload(model, lambda: forward(x), spec,
+                           lambda: {"jit_compile": _keras.compiled(forward), **(evidence or {})},
+                           outputs=_keras.outputs_of(lambda: forward(x), output, select))
 
 
 def _to_device(tree):

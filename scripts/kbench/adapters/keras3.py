@@ -29,21 +29,25 @@ def prepare(spec: dict) -> dict:
     return _keras.prepare(keras, spec)
 
 
+load_reference = _keras.load_reference      # the reference's own weights: the same order on every backend
+
+
 # ---------------------------------------------------------------- models
 
 def _bert(spec, rng):
     import keras
     import keras_hub
-    backbone = keras_hub.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]))
+    dropout = _keras.check_dropout(spec)
+    backbone = keras_hub.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]), **dropout)
     # compile=False: a keras-hub task compiles itself with accuracy, and a later compile(metrics=None) does not
     # remove it (Keras keeps tracking the first compile's metrics): the step would compute accuracy every time
     model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
-                                                compile=False)
+                                                compile=False, **dropout)
     x, y = data.bert(spec, rng)
     if spec["task"] == "predict":
-        return _predict(model, x, spec)
+        return _predict(model, x, spec, evidence=_keras.bert_gelu(backbone))
     return _keras.fit(keras, model, x, y, spec, _keras.optimizer(keras, spec, "adamw"), _keras.logits_ce(keras),
-                      _to_device)
+                      _to_device, evidence=_keras.bert_gelu(backbone))
 
 
 def _resnet50(spec, rng):
@@ -79,13 +83,14 @@ def _sam(spec, rng):
     images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
         return _keras.fit(keras, image_encoder, images, data.sam_embedding_target(spec, rng), spec,
-                          _keras.optimizer(keras, spec, "adam"), keras.losses.MeanSquaredError(), _to_device)
+                          _keras.optimizer(keras, spec, "adam"), keras.losses.MeanSquaredError(), _to_device,
+                          output="image_embedding")
     backbone = keras_hub.models.SAMBackbone(
         image_encoder=image_encoder,
         prompt_encoder=keras_hub.layers.SAMPromptEncoder(**kw["prompt_encoder"]),
         mask_decoder=keras_hub.layers.SAMMaskDecoder(**kw["mask_decoder"]))
     model = keras_hub.models.SAMImageSegmenter(backbone, preprocessor=None)
-    return _predict(model, data.sam_prompts(spec, rng, images), spec)
+    return _predict(model, data.sam_prompts(spec, rng, images), spec, select=_keras.sam_masks)
 
 
 def _stable_diffusion(spec, rng):
@@ -100,25 +105,34 @@ MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal
 
 # ---------------------------------------------------------------- the forward step
 
-def _predict(model, x, spec):
-    forward = _compiled_forward(model, _to_device(x), spec["settings"]["jit_compile"])
-    return _keras.workload(model, forward, spec, lambda: {"jit_compile": _keras.compiled(forward)})
+def _predict(model, x, spec, output="logits", select=None, evidence=None):
+    x = _to_device(x)
+    forward = _compiled_forward(model, x, spec["settings"]["jit_compile"])
+    # the outputs read the model's weights as they are then (the step, on JAX, holds those of its build)
+    current = _compiled_forward(model, x, spec["settings"]["jit_compile"], live=True)
+    return _keras.workload(model, forward, spec, lambda: {"jit_compile": _keras.compiled(forward), **(evidence or {})},
+                           outputs=_keras.outputs_of(current, output, select))
 
 
-def _compiled_forward(model, x, jit):
+def _compiled_forward(model, x, jit, live=False):
     """model(x, training=False) as Keras's predict_step runs it (jax.jit / tf.function(jit_compile) / torch no_grad),
     called directly: predict_on_batch would add per call a copy of the outputs to host numpy and, on jax, a
-    re-assignment of every model variable (and it fails on SAMImageSegmenter: 'tuple' has no attribute 'copy')."""
+    re-assignment of every model variable (and it fails on SAMImageSegmenter: 'tuple' has no attribute 'copy').
+    On JAX the weights are taken once, at build (live: at each call, for the equivalence check's outputs)."""
     import keras
     name = keras.backend.backend()
     if name == "jax":
         import jax
-        tv = [v.value for v in model.trainable_variables]
-        ntv = [v.value for v in model.non_trainable_variables]
+
+        def state():
+            return [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables]
 
         def forward(tv, ntv, x):
             return model.stateless_call(tv, ntv, x, training=False)[0]
         forward = jax.jit(forward) if jit else forward
+        if live:
+            return lambda: forward(*state(), x)
+        tv, ntv = state()
         return lambda: forward(tv, ntv, x)
     if name == "tensorflow":
         import tensorflow as tf

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from kbench import models
-from kbench.adapters import Backend, Workload, _hooks, dtype_name, for_tasks
+from kbench.adapters import Backend, NotSupported, Workload, _hooks, dtype_name, for_tasks
 from kbench.adapters import _inputs as data
 
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "diffusers", "segment-anything")
@@ -34,6 +34,21 @@ COMPILE_MODE = "reduce-overhead"     # the anchor's mode: CUDA graphs on a GPU, 
 
 def backend() -> Backend:
     return Backend(name="torch", package_versions=lambda: _hooks.package_versions(_PACKAGES), **_hooks.torch_hooks())
+
+
+def load_reference(workload: Workload, arrays, spec: dict) -> dict:
+    """The equivalence check's reference (Keras 3 weights) into the native module, through kbench.weights' mapping
+    of the model and task. What the module has that the reference did not give it, and what the reference has that
+    the module lacks, are returned (the check reports them: a module with missing weights never passes)."""
+    from kbench import mappings
+    mapping = mappings.mapping(spec["model"], spec["task"])
+    if mapping is None:
+        raise NotSupported(f"no weight mapping from the Keras reference to native {spec['model']} {spec['task']} yet")
+    module = workload.model
+    state = {name: torch.as_tensor(value) for name, value in mapping.to_torch(arrays).items()}
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    missing = [name for name in missing if not mappings.derived(spec["model"], name)]
+    return {k: v for k, v in (("missing", missing), ("unexpected", list(unexpected))) if v}
 
 
 def prepare(spec: dict) -> dict:
@@ -59,24 +74,50 @@ def _built(spec, device, make):
 
 def _bert(spec, rng, device):
     import transformers
-    config = transformers.BertConfig(**models.hf_bert_config(spec["arch"]))
+    config = transformers.BertConfig(**models.hf_bert_config(spec["arch"], spec["settings"]["gelu"],
+                                                             _check_dropout(spec)))
     model = _built(spec, device, lambda: transformers.BertForSequenceClassification(config))
     x, labels = data.bert(spec, rng)
     inputs = _tensors(data.torch_bert(x), device)
+    gelu = {"gelu": {v: k for k, v in models.HF_GELU.items()}[config.hidden_act]}
+    logits = lambda out: {"logits": out.logits}         # noqa: E731
     if spec["task"] == "predict":
-        return _predict(model, inputs, spec)
+        return _predict(model, inputs, spec, outputs=logits, evidence=gelu)
     inputs["labels"] = _tensors(labels.astype("int64"), device)
-    return _fit(model, inputs, spec, "adamw", loss=lambda out: out.loss)
+    return _fit(model, inputs, spec, "adamw", loss=lambda out: out.loss, outputs=logits, evidence=gelu)
+
+
+def _check_dropout(spec):
+    """The equivalence check runs without dropout (each framework draws its own masks); the cells with the
+    libraries' defaults."""
+    return 0.0 if spec.get("equivalence") else None
 
 
 def _resnet50(spec, rng, device):
     import torchvision
     model = _built(spec, device, lambda: torchvision.models.resnet50(weights=None,
                                                                       num_classes=spec["arch"]["num_classes"]))
+    if (spec.get("equivalence") or {}).get("aligned"):
+        _as_keras_resnet50(model)
     images, labels = data.images_and_labels(spec, rng)
     target = _tensors(labels.astype("int64"), device)                # cross_entropy takes int64 class indices
     return _fit(model, _tensors((data.channels_first(images),), device), spec, "sgd",
-                loss=lambda logits: torch.nn.functional.cross_entropy(logits, target))
+                loss=lambda logits: torch.nn.functional.cross_entropy(logits, target),
+                outputs=lambda logits: {"logits": logits})
+
+
+def _as_keras_resnet50(model):
+    """torchvision's v1.5 made keras.applications' v1, for the equivalence check only: the stride of each stage's
+    first block on conv1 (1x1) instead of conv2 (3x3), a bias on every convolution, batch-norm epsilon 1.001e-5
+    (keras/src/applications/resnet.py block1: Conv2D(filters, 1, strides=stride), use_bias, epsilon=1.001e-5)."""
+    for layer in (model.layer2, model.layer3, model.layer4):
+        layer[0].conv1.stride, layer[0].conv2.stride = (2, 2), (1, 1)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Conv2d) and module.bias is None:
+            module.bias = torch.nn.Parameter(torch.zeros(module.out_channels, device=module.weight.device,
+                                                         dtype=module.weight.dtype))
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.eps = 1.001e-5
 
 
 def _causal_lm(spec, rng, device):
@@ -99,7 +140,8 @@ def _causal_lm(spec, rng, device):
     # Cross-entropy over every position against its next token, as the Keras cells (HF's own shifted loss would
     # drop the last position); in float32 as HF computes its loss.
     return _fit(model, inputs, spec, "adamw",
-                loss=lambda out: torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), target))
+                loss=lambda out: torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), target),
+                outputs=lambda out: {"logits": out.logits})
 
 
 def _generate(model, prompt, spec, device):
@@ -132,7 +174,12 @@ def _generate(model, prompt, spec, device):
         decoding = bool(config.compile_config) and config.cache_implementation == "static"
         return {"jit_compile": decoding or _is_compiled(generating),
                 "compile_site": "decoding" if decoding else "model" if _is_compiled(generating) else "none"}
-    return _workload(model, step, spec, seen, evidence=evidence,
+
+    def outputs():      # the prompt's logits (a prefill) and the greedy tokens of one whole call
+        return {"prefill_logits": model(input_ids=prompt, attention_mask=mask).logits,
+                "tokens": generating.generate(input_ids=prompt, attention_mask=mask,
+                                              generation_config=config)[:, prompt.shape[1]:]}
+    return _workload(model, step, spec, seen, evidence=evidence, outputs=_inference_outputs(model, outputs),
                      generated_tokens=lambda out: out.shape[0] * (out.shape[1] - prompt.shape[1]))
 
 
@@ -141,11 +188,18 @@ def _sam(spec, rng, device):
     images = _tensors(data.channels_first(data.sam_images(spec, rng)), device)
     if spec["task"] == "fit":   # the image encoder alone against a random embedding, as the anchor
         target = _tensors(data.channels_first(data.sam_embedding_target(spec, rng)), device)
-        return _fit(sam.image_encoder, (images,), spec, "adam", loss=_mse(target))
+        return _fit(SamImageEncoder(sam.image_encoder), (images,), spec, "adam", loss=_mse(target),
+                    outputs=lambda embedding: {"image_embedding": _channels_last(embedding)})
     points = data.sam_points(spec, rng)                 # one prompt of num_points points per image
     n, k = points.shape[:2]
     prompts = _tensors((points.reshape(n, 1, k, 2), np.ones((n, 1, k), "int64")), device)
-    return _predict(SamPredict(sam), (images, *prompts), spec)
+    return _predict(SamPredict(sam), (images, *prompts), spec,
+                    outputs=lambda found: {"masks": torch.cat([masks for masks, _ in found]),
+                                           "iou": torch.cat([iou for _, iou in found])})
+
+
+def _channels_last(x):
+    return x.permute(0, 2, 3, 1)
 
 
 def _segment_anything(arch):
@@ -158,16 +212,47 @@ def _segment_anything(arch):
                mask_decoder=MaskDecoder(**kw["mask_decoder"], transformer=TwoWayTransformer(**kw["transformer"])))
 
 
-class SamPredict(torch.nn.Module):
-    """Sam.forward without its pre/post-processing (the Keras cells have neither): the image encoder on the batch,
-    then prompt encoder and mask decoder per image (segment-anything's decoder takes one image), multimask output."""
+# The normalisation the Keras SAM image encoders apply in their graph (keras-hub vit_det_backbone.py:108-111, keras-cv
+# vit_det_backbone.py:127-130) and segment-anything's Sam.preprocess outside it (sam.py:27-28; its 0-255 units):
+# the same per-channel ImageNet mean and std, here on [0, 1) images.
+SAM_PIXEL_MEAN, SAM_PIXEL_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+class _Normalizing(torch.nn.Module):
+    """Normalises [0, 1) images as the Keras SAM encoders do in their graph (without it the native column encodes
+    other inputs than the Keras ones: 81% apart on the same weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(SAM_PIXEL_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(SAM_PIXEL_STD).view(1, 3, 1, 1), persistent=False)
+
+    def normalized(self, images):
+        return (images - self.mean) / self.std
+
+
+class SamImageEncoder(_Normalizing):
+    """segment-anything's image encoder on [0, 1) images, normalised first."""
+
+    def __init__(self, image_encoder):
+        super().__init__()
+        self.image_encoder = image_encoder
+
+    def forward(self, images):
+        return self.image_encoder(self.normalized(images))
+
+
+class SamPredict(_Normalizing):
+    """Sam.forward without its padding and mask post-processing (the Keras cells have neither): the normalised image
+    encoder on the batch, then prompt encoder and mask decoder per image (segment-anything's decoder takes one
+    image), multimask output."""
 
     def __init__(self, sam):
         super().__init__()
         self.sam = sam
 
     def forward(self, images, points, labels):
-        embeddings = self.sam.image_encoder(images)
+        embeddings = self.sam.image_encoder(self.normalized(images))
         dense_pe = self.sam.prompt_encoder.get_dense_pe()
         outputs = []
         for i in range(images.shape[0]):
@@ -183,13 +268,21 @@ def _stable_diffusion(spec, rng, device):
     if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from diffusers.models.autoencoders.vae import Encoder
         images, target = (_tensors(data.channels_first(a), device) for a in data.sd_fit(spec, rng))
-        return _fit(_built(spec, device, lambda: Encoder(**kw["vae_encoder"])), (images,), spec, "adam",
-                    loss=_mse(target))
+        encoder = _built(spec, device, lambda: Encoder(**kw["vae_encoder"]))
+        if (spec.get("equivalence") or {}).get("aligned"):
+            _as_keras_cv_sd(encoder)
+        return _fit(encoder, (images,), spec, "adam", loss=_mse(target),
+                    outputs=lambda moments: {"moments": _channels_last(moments)})
     # predict: one classifier-free-guided denoising step of the diffusers pipeline: the UNet on the 2n batch
     # (unconditional + conditional), guidance, one DDIM scheduler step. Prompt embeddings stand in for the text encoder.
     from diffusers import DDIMScheduler, UNet2DConditionModel
     unet = _place(_built(spec, device, lambda: UNet2DConditionModel(**kw["unet"])), spec, device).eval()
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")   # SD v1.4
+    if (spec.get("equivalence") or {}).get("aligned"):
+        _as_keras_cv_sd(unet)
+    # SD v1.4's schedule; "trailing" spacing starts at t = 999 (and steps to 979), as keras-cv's sampler and the
+    # Keras cells' step (kbench.adapters._keras_sd) do; diffusers' default "leading" starts at 980
+    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                              timestep_spacing="trailing")
     scheduler.set_timesteps(50)
     # The scheduler gets the timestep as a Python int (its arithmetic on a tensor timestep is a data-dependent
     # branch: a graph break under torch.compile), the UNet a device tensor made once (a CPU tensor is copied to the
@@ -206,7 +299,21 @@ def _stable_diffusion(spec, rng, device):
         eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
         return scheduler.step(eps, t, latents).prev_sample
     # "step": the whole denoising step compiled, as the anchor's torch.compile(pipeline) reached it
-    return _inference(unet, forward, denoise, spec, device, autocast)
+    return _inference(unet, forward, denoise, spec, device, autocast,
+                      outputs=lambda latent: {"latent": _channels_last(latent)})
+
+
+def _as_keras_cv_sd(module):
+    """diffusers' SD v1.4 blocks made keras-cv's, for the equivalence check only, so the check can tell the mapping
+    right from the two libraries' own differences: keras-cv's GEGLU gates with the tanh GELU (diffusion_model.py
+    GEGLU) where diffusers' is exact (activations.py GEGLU.gelu), and keras-cv's group norms use epsilon 1e-5
+    everywhere where diffusers' Transformer2DModel norm (transformer_2d.py) and VAE Encoder use 1e-6."""
+    from diffusers.models.activations import GEGLU
+    for layer in module.modules():
+        if isinstance(layer, GEGLU):
+            layer.gelu = lambda gate: torch.nn.functional.gelu(gate, approximate="tanh")
+        if isinstance(layer, torch.nn.GroupNorm):
+            layer.eps = 1e-5
 
 
 MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal_lm, "fit", "generate"),
@@ -261,19 +368,25 @@ def _autocast(spec, device):
 
 
 # The Keras cells' optimizers, with their defaults but the configured learning rate.
-_OPTIMIZERS = {"adamw": torch.optim.AdamW,      # also HF Trainer's default ("adamw_torch")
-               "adam": torch.optim.Adam,
-               "sgd": functools.partial(torch.optim.SGD, momentum=0.9)}
+def _optimizer(kind: str, spec: dict, parameters):
+    """The Keras cells' optimizers with config `optimizers`' hyperparameters and the task's learning rate (AdamW is
+    also HF Trainer's default, "adamw_torch")."""
+    o, lr = spec["task_options"]["optimizers"][kind], spec["task_options"]["learning_rate"]
+    if kind == "sgd":
+        return torch.optim.SGD(parameters, lr=lr, momentum=o["momentum"])
+    cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[kind]
+    extra = {"weight_decay": o["weight_decay"]} if kind == "adamw" else {}
+    return cls(parameters, lr=lr, betas=(o["beta_1"], o["beta_2"]), eps=o["epsilon"], **extra)
 
 
-def _fit(module, inputs, spec, optimizer, loss) -> Workload:
-    """inputs: a dict of keyword tensors or a tuple of positional ones; loss(output) -> scalar tensor.
+def _fit(module, inputs, spec, optimizer, loss, outputs, evidence=None) -> Workload:
+    """inputs: a dict of keyword tensors or a tuple of positional ones; loss(output) -> scalar tensor; outputs(output)
+    -> {name: tensor} (the equivalence check's view of a forward); evidence: more the cell observed of itself.
     The step returns the (unscaled) loss."""
     device = _device_of(inputs)
     module = _place(module, spec, device).train()
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
-    optimizer = _OPTIMIZERS[optimizer]([p for p in module.parameters() if p.requires_grad],
-                                       lr=spec["task_options"]["learning_rate"])
+    optimizer = _optimizer(optimizer, spec, [p for p in module.parameters() if p.requires_grad])
     # Dynamic loss scaling for float16 gradients (bfloat16 has float32's range and needs none).
     scaler = torch.amp.GradScaler(device.type) if spec["dtypes"]["loss_scaling"] else None
 
@@ -299,18 +412,21 @@ def _fit(module, inputs, spec, optimizer, loss) -> Workload:
         # The loss read back to the host every step, as Keras's train_on_batch does with its logs (and as HF
         # Trainer's per-step isnan check did): every column's fit does the same host work, one device sync a step.
         return train().item()
-    return _workload(module, step, spec, seen, evidence=lambda: _evidence(forward, train, "train-step"))
+    return _workload(module, step, spec, seen, evidence=lambda: {**_evidence(forward, train, "train-step"),
+                                                                  **(evidence or {})},
+                     outputs=_inference_outputs(module, lambda: outputs(_call(forward, inputs)), autocast))
 
 
-def _predict(module, inputs, spec) -> Workload:
+def _predict(module, inputs, spec, outputs, evidence=None) -> Workload:
     device = _device_of(inputs)
     module = _place(module, spec, device).eval()
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
-    return _inference(module, forward, lambda: _call(forward, inputs), spec, device, autocast)
+    return _inference(module, forward, lambda: _call(forward, inputs), spec, device, autocast, outputs, evidence)
 
 
-def _inference(module, forward, run, spec, device, autocast) -> Workload:
-    """A no-grad step of `run` (compiled whole where the compile site is "step"), its compute dtype noted."""
+def _inference(module, forward, run, spec, device, autocast, outputs, evidence=None) -> Workload:
+    """A no-grad step of `run` (compiled whole where the compile site is "step"), its compute dtype noted;
+    outputs(run()) -> {name: tensor}, the equivalence check's view of it."""
     run = _compile(run) if spec["settings"]["compile_site"] == "step" else run
     seen = {}
 
@@ -318,7 +434,24 @@ def _inference(module, forward, run, spec, device, autocast) -> Workload:
         with torch.no_grad(), autocast():
             _note_compute_dtype(seen, device, module)
             return run()
-    return _workload(module, step, spec, seen, evidence=lambda: _evidence(forward, run, "step"))
+    return _workload(module, step, spec, seen, evidence=lambda: {**_evidence(forward, run, "step"),
+                                                                  **(evidence or {})},
+                     outputs=_inference_outputs(module, lambda: outputs(run()), autocast))
+
+
+def _inference_outputs(module, compute, autocast=contextlib.nullcontext):
+    """The module's outputs on the cell's inputs in inference mode (eval, no grad, the cell's precision context), as
+    float32 NumPy; the module is put back in the mode it was in."""
+    def outputs() -> dict:
+        training = module.training
+        module.eval()
+        try:
+            with torch.no_grad(), autocast():
+                found = compute()
+        finally:
+            module.train(training)
+        return {name: value.detach().float().cpu().numpy() for name, value in found.items()}
+    return outputs
 
 
 def _workload(module, step, spec, seen: dict, evidence, **extra) -> Workload:
@@ -332,7 +465,7 @@ def _workload(module, step, spec, seen: dict, evidence, **extra) -> Workload:
         return found
     return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
                     dtypes=lambda: {"weights": dtype_name(next(module.parameters()).dtype),
-                                    "compute": seen.get("compute")}, evidence=observed, **extra)
+                                    "compute": seen.get("compute")}, evidence=observed, model=module, **extra)
 
 
 def _note_compute_dtype(seen: dict, device, module, autocast=contextlib.nullcontext) -> None:

@@ -1,0 +1,61 @@
+# The equivalence check (kbench.equivalence): the reference column makes the reference (unit-scale weights, its
+# outputs and losses), then every column of the model loads it and compares. One job per model and column, each
+# its own process in its column's environment, rerun when the model's code (its adapter and what it imports), the
+# weight mappings or the column's lock change.
+REFERENCE = config["equivalence"]["reference"]
+
+
+def equivalence_environment(framework):
+    return stack_record(matrix.stack_of(config, framework))
+
+
+def equivalence_sources(framework):
+    return sources.cell_sources(matrix.adapter_of(config, framework), entry="kbench.equivalence")
+
+
+rule equivalence_reference:
+    """The reference column's job: unit-scale weights from the cell's seed, its outputs and losses (the .npz)."""
+    input:
+        environment=lambda wildcards: equivalence_environment(REFERENCE),
+        harness=lambda wildcards: equivalence_sources(REFERENCE),
+    output:
+        json=results("equivalence/{suite}/{profile}/{model}/reference.json"),
+        npz=results("equivalence/{suite}/{profile}/{model}/reference.npz"),
+    log:
+        results("logs/equivalence/{suite}/{profile}/{model}/reference.log"),
+    params:
+        job=lambda wildcards: matrix.equivalence_job(config, wildcards.suite, wildcards.profile, wildcards.model,
+                                                     REFERENCE, reference=True),
+        runtime=RUNTIME,
+        lock_sha256=lambda wildcards: envs.sha256_file(f"envs/{matrix.stack_of(config, REFERENCE)}."
+                                                       f"{config['accelerator']}.lock"),
+    resources:
+        cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
+        runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
+    threads: cell_threads
+    script:
+        "../scripts/run_equivalence.py"
+
+
+rule equivalence:
+    """One column's job: the reference's weights loaded, the same outputs and steps, compared."""
+    input:
+        reference=results("equivalence/{suite}/{profile}/{model}/reference.npz"),
+        environment=lambda wildcards: equivalence_environment(wildcards.framework),
+        harness=lambda wildcards: equivalence_sources(wildcards.framework),
+    output:
+        json=results("equivalence/{suite}/{profile}/{model}/{framework}.json"),
+    log:
+        results("logs/equivalence/{suite}/{profile}/{model}/{framework}.log"),
+    params:
+        job=lambda wildcards: matrix.equivalence_job(config, wildcards.suite, wildcards.profile, wildcards.model,
+                                                     wildcards.framework),
+        runtime=RUNTIME,
+        lock_sha256=lambda wildcards: envs.sha256_file(f"envs/{matrix.stack_of(config, wildcards.framework)}."
+                                                       f"{config['accelerator']}.lock"),
+    resources:
+        cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
+        runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
+    threads: cell_threads
+    script:
+        "../scripts/run_equivalence.py"

@@ -1,0 +1,30 @@
+"""The equivalence check's mappings of the reference (Keras 3 weights, kbench.weights) onto every other column's
+models, one module per model; this registry is the one place the adapters ask.
+
+A model module provides MAPPINGS {(model, task): kbench.weights.Mapping} onto the native PyTorch modules, DERIVED
+(regexes of native buffers no reference carries), and where Keras 2 orders its weights otherwise than Keras 3,
+KERAS2_ORDER {(model, task): function(reference arrays, Keras 2 model) -> arrays in the Keras 2 model's order}.
+"""
+from __future__ import annotations
+
+import re
+
+from kbench.mappings import bert, resnet50
+
+MODULES = {"bert": bert, "resnet50": resnet50}
+
+
+def mapping(model: str, task: str):
+    """The Mapping of a model's task onto its native module, or None (no mapping yet: the check says so)."""
+    module = MODULES.get(model)
+    return getattr(module, "MAPPINGS", {}).get((model, task)) if module else None
+
+
+def derived(model: str, name: str) -> bool:
+    module = MODULES.get(model)
+    return any(re.fullmatch(pattern, name) for pattern in getattr(module, "DERIVED", ()))
+
+
+def keras2_order(model: str, task: str):
+    module = MODULES.get(model)
+    return getattr(module, "KERAS2_ORDER", {}).get((model, task)) if module else None
