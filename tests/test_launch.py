@@ -535,6 +535,19 @@ def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake
                                              "cpus_allocated": [3], "slurm_job_id": "9"}
 
 
+def test_a_cpu_cell_in_a_slurm_job_with_a_gpu_records_the_jobs_allocation(fake_podman, tmp_path, monkeypatch):
+    """The GPU lease gives a CPU cell no GPU; the record still names what the scheduler gave its job."""
+    (fake_podman / "storage").write_text("sha256:aa\n")
+    record = tmp_path / "image.json"
+    record.write_text(json.dumps({"kind": "image", "id": "sha256:aa"}))
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("SLURM_JOB_GPUS", "1")
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0})
+    result = launch.run_cell(synthetic_spec(), "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", 60)
+    assert "--device" not in (tmp_path / "cell.log").read_text().splitlines()[0]
+    assert result.provenance["launcher"]["gpus_allocated"] == ["1"]
+
+
 def test_a_node_without_the_image_loads_its_archive_once_and_checks_the_id(fake_podman):
     archive = fake_podman / "keras3-jax.gpu.oci.tar"
     archive.write_text("sha256:aa\n")

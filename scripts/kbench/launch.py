@@ -238,7 +238,8 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
             failure = _preflight(spec, runtime)
             if not failure:
                 with gpu_lease(spec, runtime) as gpus:
-                    context["launcher"]["gpus_allocated"] = gpus
+                    if gpus is not None:        # a CPU cell keeps the scheduler's allocation as the record of its job
+                        context["launcher"]["gpus_allocated"] = gpus
                     failure = _supervise(spec, runtime, environment, context, out, log, timeout_s, memory_mb, cpus,
                                          gpus, module, files)
         except (LaunchError, OSError, ValueError, KeyError) as error:
