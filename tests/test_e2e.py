@@ -40,12 +40,14 @@ FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-
                      "keras3": ("keras", "3.15.1")}
 
 
-def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict"):
+def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict",
+             equivalence=False):
+    """equivalence: the run's equivalence jobs too (CI runs them in one run only: each is a process per model and
+    column)."""
     results = tmp_path_factory.mktemp(f"results-{runtime}")
-    extra = []
-    if overlay:
-        (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
-        extra = ["--configfile", str(results / "overlay.yaml")]
+    overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence}}
+    (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    extra = ["--configfile", str(results / "overlay.yaml")]
     proc = snakemake("--cores", "all", *extra, "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
                      f"results_dir={results}", f"models=[{','.join(models)}]", f"frameworks=[{','.join(frameworks)}]",
                      f"precisions=[{','.join(precisions)}]", f"profiles=[{profile}]", timeout=3600)
@@ -55,7 +57,7 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
 
 @pytest.fixture(scope="module")
 def podman_run(tmp_path_factory):
-    return run_tiny("podman", tmp_path_factory, *RUNS["podman"])
+    return run_tiny("podman", tmp_path_factory, *RUNS["podman"], equivalence=True)
 
 
 @pytest.fixture(scope="module")
@@ -467,3 +469,74 @@ def test_a_stack_built_alone_and_beside_another_gets_the_same_image_id(podman_ru
     finally:
         for tag in tags:
             subprocess.run(["podman", "rmi", "--force", tag], env=launch.process_env("podman"), capture_output=True)
+
+
+def equivalence_rows(results) -> pd.DataFrame:
+    return pd.read_csv(results / "tables" / "tiny" / "strict" / "equivalence_long.csv")
+
+
+def test_every_column_of_bert_and_sam_computes_the_references_function(podman_run):
+    """The equivalence check in CI: BERT and SAM in all five columns, each loading the reference column's
+    unit-scale weights: every column's outputs within the float32 tolerance of the reference's."""
+    runtime, models, frameworks, tables_dir, results = podman_run
+    rows = equivalence_rows(results)
+    checked = rows[~rows["reference column"] & (rows.precision == "float32")]
+    assert set(checked.framework) == set(frameworks) and set(checked.model) == {"bert", "sam"}
+    assert (checked.verdict.str.startswith("equivalent")).all(), checked[["model", "task", "framework", "verdict"]]
+    assert (checked.rel <= checked.tolerance).all()
+    # Keras 3's TF Adam moves a repeated token's embedding row once per occurrence (config equivalence.differences):
+    # its fit losses leave the reference's after the first step, and the table names why
+    tf_fit = checked[(checked.framework == "keras3-tensorflow") & (checked.model == "bert") & (checked.task == "fit")]
+    assert tf_fit.verdict.str.contains(r"training steps drift: .*IndexedSlices").all() and len(tf_fit) == 1
+    other_bert = checked[(checked.model == "bert")].drop(tf_fit.index)
+    assert not other_bert.verdict.str.contains("drift").any(), other_bert[["task", "framework", "verdict"]]
+    table = pd.read_csv(tables_dir / "ms_per_step.csv")
+    assert table["equivalence"].isna().all()            # no row flagged
+
+
+def equivalence_job(results, framework, model="bert", **settings):
+    """The check's job of one column, started as the workflow starts it, with settings changed in its cells."""
+    config = {**CONFIG, "accelerator": "cpu", "models": [model], "frameworks": [framework]}
+    job = matrix.equivalence_job(config, "tiny", "strict", model, framework)
+    job["cells"] = [{**c, "settings": {**c["settings"], **settings}} for c in job["cells"]
+                    if c["precision"] == "float32"]
+    return job
+
+
+def run_job(results, job, reference, tmp_path):
+    stack = matrix.stack_of(CONFIG, job["framework"])
+    out = tmp_path / f"{job['framework']}.json"
+    launch.run_cell(job, "podman", results / "images" / f"{stack}.cpu.json", out, tmp_path / "job.log",
+                    timeout_s=900, module="kbench.equivalence", files={"reference": reference})
+    return cell.read(out)
+
+
+def verdicts(result) -> list[str]:
+    from kbench import tables
+    return list(tables.equivalence_long([result], CONFIG["equivalence"]["differences"]).verdict)
+
+
+def test_the_check_sees_a_swapped_gelu_in_one_column(podman_run, tmp_path):
+    """The native column with HF's exact GELU (the anchor's) instead of the tanh one every Keras column runs: at the
+    check's unit-scale weights its outputs leave the tolerance (about 3e-3 against 7e-6)."""
+    runtime, models, frameworks, tables_dir, results = podman_run
+    reference = results / "equivalence" / "tiny" / "strict" / "bert" / "reference.npz"
+    found = verdicts(run_job(results, equivalence_job(results, "native-torch-eager", gelu="exact"), reference,
+                             tmp_path))
+    assert found and all(v.startswith("differs: rel ") for v in found), found
+
+
+def test_the_check_sees_one_perturbed_weight(podman_run, tmp_path):
+    """One element of one reference weight moved by 1% of its scale, for one column only (the Keras 2 column
+    reads a copy of the reference whose arrays are the reference's but that one): flagged."""
+    import numpy as np
+    runtime, models, frameworks, tables_dir, results = podman_run
+    original = dict(np.load(results / "equivalence" / "tiny" / "strict" / "bert" / "reference.npz"))
+    key = next(k for k in sorted(original) if k.startswith("w|fit|") and k.endswith("feedforward_output_dense/kernel"))
+    original[key] = original[key].copy()
+    original[key][3, 5] += 0.01 * np.abs(original[key]).max()
+    perturbed = tmp_path / "perturbed.npz"
+    np.savez(perturbed, **original)
+    found = verdicts(run_job(results, equivalence_job(results, "keras2"), perturbed, tmp_path))
+    fit, predict = found
+    assert fit.startswith("differs: rel ") and predict.startswith("equivalent"), found      # only fit's weights moved

@@ -643,7 +643,8 @@ def _drift(row: dict) -> str:
     last, steps = row.get("loss_last_rel"), row.get("steps") or 1
     if last is None or pd.isna(last) or last <= 10 * steps * row["tolerance"]:
         return ""
-    return f"; training steps drift: loss rel {last:.1e} after {steps} steps"
+    cause = f" ({row['design_difference']})" if row.get("design_difference") else ""
+    return f"; training steps drift: loss rel {last:.1e} after {steps} steps{cause}"
 
 
 def equivalence_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
