@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from kbench.mappings import bert, resnet50
+from kbench.mappings import bert, resnet50, sam, stable_diffusion
 
-MODULES = {"bert": bert, "resnet50": resnet50}
+MODULES = {"bert": bert, "resnet50": resnet50, "sam": sam, "stable_diffusion": stable_diffusion}
 
 
 def mapping(model: str, task: str):
