@@ -133,7 +133,7 @@ def equivalence_jsons(suite, profile):
     found = []
     for model in config["models"]:
         columns = matrix.equivalence_frameworks(config, suite, profile, model)
-        if columns:
+        if config["equivalence"]["reference"] in columns:      # the reference column makes the weights from its cell
             base = results("equivalence", suite, profile, model)
             found += [os.path.join(base, "reference.json")] + [os.path.join(base, f"{f}.json") for f in columns]
     return found

@@ -19,7 +19,17 @@ def config():
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
 
-def snakemake(*args, cwd=REPO, timeout=1800, env=None):
-    """Run the workflow's own CLI, as a user would; returns the completed process (output in .stdout)."""
+NO_EQUIVALENCE = REPO / "tests" / "fixtures" / "no_equivalence.yaml"
+
+
+def snakemake(*args, cwd=REPO, timeout=1800, env=None, equivalence=False):
+    """Run the workflow's own CLI, as a user would; returns the completed process (output in .stdout).
+    equivalence: False adds a config file that turns the equivalence check off, before any the caller gives (theirs
+    win: --configfile takes a list, and a second flag would replace the first)."""
+    args = list(args)
+    if not equivalence and "--configfile" in args:
+        args.insert(args.index("--configfile") + 1, str(NO_EQUIVALENCE))
+    elif not equivalence:
+        args += ["--configfile", str(NO_EQUIVALENCE)]
     return subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *args], cwd=cwd, text=True, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)

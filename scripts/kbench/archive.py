@@ -106,7 +106,9 @@ class Run:
             self.suite = suite or self._only_suite()
             for folder in ("cells", "equivalence"):
                 for path in (self.source / folder / self.suite).rglob("*.json"):
-                    self.files[str(path.relative_to(self.source))] = path.read_bytes()
+                    name = path.relative_to(self.source)
+                    if not any(part.startswith(".") or part == "attempts" for part in name.parts):
+                        self.files[str(name)] = path.read_bytes()     # not what launches and retries leave beside
             return
         with tarfile.open(self.source) as tar:
             for member in tar.getmembers():

@@ -561,9 +561,6 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 # ---------------------------------------------------------------- the equivalence check
 
@@ -690,3 +687,7 @@ def accuracy_costs(long: pd.DataFrame) -> dict:
         return {}
     costs = long[(long.precision != "float32") & long.rel.notna()]
     return {(r.model, r.task, r.framework, r.precision): (r.rel, r.loss_last_rel) for r in costs.itertuples()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
