@@ -32,6 +32,7 @@ include: "rules/cells.smk"
 include: "rules/equivalence.smk"
 include: "rules/tables.smk"
 include: "rules/report.smk"
+include: "rules/history.smk"
 
 
 # On a cluster only cells become jobs: images are built where the container storage is (and shipped to the nodes as
@@ -50,6 +51,9 @@ localrules:
     plots,
     run_facts,
     archive,
+    history,
+    changes,
+    first_page,
 
 
 onstart:
@@ -60,3 +64,4 @@ rule all:
     input:
         table_files(config["suite"]),
         plot_files(config["suite"]),
+        results("report", config["suite"], "first_page.html"),

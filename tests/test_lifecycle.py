@@ -128,7 +128,13 @@ def test_report_renders_in_headless_chromium_with_tables_plots_and_run_facts(fin
     scripts removed, shows the navigation with our categories, the workflow description with the suite, and the
     rule graph (drawn by Vega, whose action menu appears only once it has rendered)."""
     text = rendered_text(finished_run / "report" / "tiny.html")
-    assert "Snakemake Report" in text and "Results Departures Plots Run Tables" in text
+    # the first page, before anything else: the headline, what changed, the findings, the published table
+    first = text.index("Headline, profile strict: the fastest column of each row")
+    assert first < text.index("What changed since the previous run, profile strict") < text.index(
+        "The published findings, re-tested on this run") < text.index("The published A100 table")
+    assert "bert fit 32 float32 native-torch-eager 80.00" in text          # this run's fastest column of the row
+    assert "No history yet" in text or "No earlier comparable run" in text
+    assert "Snakemake Report" in text and "Results Departures History Plots Run Tables" in text
     assert "suite tiny on accelerator cpu , runtime podman , profiles strict" in text
     assert "Save as SVG" in text
 

@@ -30,7 +30,12 @@ def compare(old: Run, new: Run, noise_floor_pct: float = NOISE_FLOOR_PCT) -> pd.
     repeats on both sides the verdict is Welch's t-test on the repeat means, BH-adjusted over the tested cells
     ("faster"/"slower" at q < 0.05, else "no significant change"); with one repeat on a side it falls back to the
     noise band ("faster"/"slower" or "within noise (±N%)", not a test: rerun with repeats to know)."""
-    old_cells, new_cells = old.cells(), new.cells()
+    return compare_cells(old.cells(), new.cells(), noise_floor_pct)
+
+
+def compare_cells(old_cells: dict[str, list[cell.CellResult]], new_cells: dict[str, list[cell.CellResult]],
+                  noise_floor_pct: float = NOISE_FLOOR_PCT) -> pd.DataFrame:
+    """compare() on two runs' cells (cell_id -> repeats): also what kbench.history compares consecutive runs with."""
     rows, tested = [], []
     for cell_id in list(dict.fromkeys([*old_cells, *new_cells])):
         a, b = old_cells.get(cell_id), new_cells.get(cell_id)

@@ -1,0 +1,63 @@
+# Every finished run joins the history (kbench.history: results/history/history.duckdb, Parquet beside it); its
+# changes against the previous comparable run and the trends of the cells that moved; the report's first page.
+HISTORY = results("history")
+
+
+rule history:
+    """This results directory's cells, as one run, into the history (nothing when that run is there already)."""
+    input:
+        cells=lambda wildcards: cell_jsons(matrix.cells(config, wildcards.suite), wildcards.suite),
+    output:
+        results("history/receipts/{suite}.json"),
+    log:
+        results("logs/history/{suite}.log"),
+    params:
+        store=HISTORY,
+        results_dir=RESULTS,
+    localrule: True
+    shell:
+        "python -m kbench.history --store {params.store} ingest {params.results_dir} --suite {wildcards.suite} "
+        "--receipt {output} > {log} 2>&1"
+
+
+rule changes:
+    """Between consecutive comparable runs in the history: the cells that moved, with the packages that changed;
+    the trends of those cells."""
+    input:
+        results("history/receipts/{suite}.json"),
+    output:
+        [in_report(results("history/{suite}/{profile}", name), "History", "{profile}")
+         if name.endswith((".html", ".png")) else results("history/{suite}/{profile}", name)
+         for name in ("changes.csv", "changes.md", "changes.html", "trends.png")],
+    log:
+        results("logs/history/{suite}.{profile}.log"),
+    params:
+        store=HISTORY,
+        out_dir=lambda wildcards: results("history", wildcards.suite, wildcards.profile),
+    localrule: True
+    shell:
+        "python -m kbench.history --store {params.store} changes --suite {wildcards.suite} "
+        "--profile {wildcards.profile} --out {params.out_dir} --plots {params.out_dir} > {log} 2>&1"
+
+
+rule first_page:
+    """The report's first page (report/workflow.rst includes it): each row's fastest column, what changed since the
+    previous run, the published findings re-tested, the published A100 table and what it implies."""
+    input:
+        tables=lambda wildcards: [results("tables", wildcards.suite, profile, name) for profile in config["profiles"]
+                                  for name in ("cells_summary.csv", "ms_per_step.csv")],
+        changes=lambda wildcards: [results("history", wildcards.suite, profile, "changes.csv")
+                                   for profile in config["profiles"]],
+    output:
+        html=results("report/{suite}/first_page.html"),
+        md=results("report/{suite}/first_page.md"),
+    log:
+        results("logs/first_page/{suite}.log"),
+    params:
+        store=HISTORY,
+        tables=lambda wildcards: results("tables", wildcards.suite),
+        config_json=json.dumps(config),
+    localrule: True
+    shell:
+        "python -m kbench.first_page --suite {wildcards.suite} --tables {params.tables} --history {params.store} "
+        "--config-json {params.config_json:q} --out {output.html} > {log} 2>&1"

@@ -1,0 +1,77 @@
+"""The report's first page (kbench.first_page): the findings' rules read the published page's own numbers as the
+page reads them, fail where a row contradicts them, never turn a CPU run into a GPU conclusion, and the published
+table shows which float32 numbers cannot have been FP32."""
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import CONFIG
+from kbench import first_page, matrix
+
+KERAS3 = matrix.keras3_frameworks(CONFIG)
+FINDINGS = {f["kind"] + f.get("against", ""): f for f in CONFIG["published"]["findings"]}
+
+
+def summary_of(rows: list[dict], spread: float = 1e-6) -> pd.DataFrame:
+    """cells_summary rows from (model, task, batch, precision, ms per framework): one repeat each, an interval of
+    +-spread around the mean."""
+    cells = []
+    for entry in rows:
+        for framework, ms in entry["ms"].items():
+            if ms is None:
+                continue
+            cells.append(dict(model=entry["model"], task=entry["task"], batch_size=entry["batch_size"],
+                              precision=entry["precision"], framework=framework, status="ok", estimate_ms=ms,
+                              ci_low_ms=ms * (1 - spread), ci_high_ms=ms * (1 + spread), repeats=1,
+                              ci_method="blocks", repeat_means=json.dumps([ms]), text=f"{ms}"))
+    return pd.DataFrame(cells)
+
+
+def verdicts(summary: pd.DataFrame, on_gpu=True) -> dict[str, str]:
+    table = first_page.finding_verdicts(CONFIG["published"]["findings"], summary, KERAS3,
+                                        CONFIG["precision_study"]["claims"], "float32", on_gpu)
+    return dict(zip([f["kind"] + f.get("against", "") for f in CONFIG["published"]["findings"]], table.verdict))
+
+
+def test_the_rules_read_the_published_numbers_as_the_page_does():
+    found = verdicts(summary_of(CONFIG["published"]["rows"]))
+    assert found == {"no_single_fastest_keras3": "holds", "keras3_beatsnative-torch-compiled": "holds",
+                     "keras3_beatskeras2": "holds", "precision_claims": "not measured here"}
+    rests_on = first_page.finding_verdicts([FINDINGS["keras3_beatsnative-torch-compiled"]],
+                                           summary_of(CONFIG["published"]["rows"]), KERAS3, [], "float32", True)
+    assert rests_on["rests on"].item().startswith("5 of 10 rows: sam fit bs1 float32: keras3-tensorflow +244%")
+
+
+def test_one_contradicting_row_and_ties_make_findings_fail():
+    rows = [dict(r, ms=dict(r["ms"])) for r in CONFIG["published"]["rows"]]
+    bert_predict = next(r for r in rows if (r["model"], r["task"]) == ("bert", "predict"))
+    bert_predict["ms"]["keras2"] = 400.0                       # Keras 2 faster than every Keras 3 backend here
+    assert verdicts(summary_of(rows))["keras3_beatskeras2"] == "does not hold"
+    for r in rows:                                              # every Keras 3 backend within 2% of the others
+        r["ms"].update({f: 100.0 + i for i, f in enumerate(KERAS3)})
+    assert verdicts(summary_of(rows, spread=0.05))["no_single_fastest_keras3"] == "does not hold"
+
+
+def test_a_cpu_run_never_reads_as_a_gpu_conclusion():
+    found = verdicts(summary_of(CONFIG["published"]["rows"]), on_gpu=False)
+    assert found["keras3_beatskeras2"] == "not measured here (no GPU in this run; its CPU rows read: holds)"
+
+
+def test_the_fp16_claims_read_every_framework():
+    rows = [{"model": "resnet50", "task": "fit", "batch_size": 128, "precision": p, "ms": ms}
+            for p, ms in (("float32", {"keras3-jax": 300.0, "native-torch-eager": 300.0}),
+                          ("mixed_float16", {"keras3-jax": 150.0, "native-torch-eager": 250.0}))]
+    table = first_page.finding_verdicts([FINDINGS["precision_claims"]], summary_of(rows), KERAS3,
+                                        CONFIG["precision_study"]["claims"], "float32", True)
+    assert table.verdict.item() == "does not hold"             # torch 1.2x against the claimed 1.5x
+    assert "native-torch-eager: 1.20x (claimed 1.5x)" in table["rests on"].item()
+
+
+def test_the_published_table_names_the_float32_numbers_above_the_fp32_peak():
+    table = first_page.published_table(CONFIG, "paper", None).set_index("row")
+    assert table.at["bert fit bs32 float32", "TFLOP/step"] == pytest.approx(9.28, abs=0.01)
+    assert table.at["bert fit bs32 float32", "reading"] == (
+        "above the FP32 peak (19.5 TFLOP/s): not FP32 in native-torch-compiled, keras3-tensorflow, keras3-jax")
+    assert "native-torch-eager 13.4" in table.at["bert fit bs32 float32", "implied TFLOP/s"]   # under the peak
+    assert table.at["gemma fit bs8 bfloat16", "keras2"] == "NA"

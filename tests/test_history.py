@@ -1,0 +1,108 @@
+"""The history of runs (kbench.history): ingest is idempotent (a results directory and its archive are one run),
+consecutive comparable runs give a changes table naming the packages that moved, series never mix devices, and one
+SQL query prints a cell's trend."""
+import json
+import shutil
+
+import pytest
+
+from kbench import cell, history, matrix
+from test_lifecycle import MS, finished_run, write_run  # noqa: F401  (finished_run: the module's fixture)
+
+JAX_FIT = matrix.Cell("tiny", "strict", "bert", "fit", 32, "float32", "keras3-jax").cell_id
+
+
+def stamp(results, when: str, **provenance):
+    """Give every cell of a fixture run its finish time (and other provenance), as the runner writes them."""
+    for path in (results / "cells").rglob("*.r*.json"):
+        result = cell.read(path)
+        result.provenance.update(finished_utc=when, **provenance)
+        result.write(path)
+
+
+def bumped_run(tmp_path, name, ms, keras, when, repeats=3, **provenance):
+    results = tmp_path / name
+    write_run(results, ms, keras=keras, repeats=repeats)
+    stamp(results, when, **provenance)
+    return results
+
+
+def test_a_run_and_its_archive_are_one_run_and_ingesting_twice_adds_nothing(finished_run, tmp_path):
+    store = tmp_path / "history"
+    first = history.ingest(finished_run, "tiny", store)
+    assert first.added == 4 and first.cells == 4
+    again = history.ingest(finished_run / "archive" / "tiny-run1.tar.gz", None, store)
+    assert (again.run_id, again.added) == (first.run_id, 0)
+    assert history.ingest(finished_run / "archive" / "tiny-run1.tar.gz", None, store).added == 0
+    with history.connect(store, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM cells").fetchone()[0] == 4
+    assert (store / "cells.parquet").exists() and (store / "trend.parquet").exists()
+
+
+def test_a_bump_is_named_in_changes_and_one_query_prints_the_trend(tmp_path):
+    """Run 1 on keras 3.15.1; run 2 rebuilds the keras3-jax stack on 3.16.0, its fit 20% slower and predict the
+    same; the native cells were not rerun (the same records)."""
+    store = tmp_path / "history"
+    old = bumped_run(tmp_path, "old", MS, "3.15.1", "2026-11-01T00:00:00+00:00")
+    new = tmp_path / "new"
+    shutil.copytree(old, new)
+    rerun = {k: v * (1.2 if k[:2] == ("keras3-jax", "fit") else 1.0) for k, v in MS.items() if k[0] == "keras3-jax"}
+    write_run(new, rerun, keras="3.16.0", repeats=3)
+    for path in (new / "cells").rglob("keras3-jax.r*.json"):
+        result = cell.read(path)
+        result.provenance["finished_utc"] = "2026-11-02T00:00:00+00:00"
+        result.write(path)
+    assert history.ingest(old, "tiny", store).added == 12
+    assert history.ingest(new, "tiny", store).added == 12
+    with history.connect(store) as con:
+        table = history.changes(con, "tiny", "strict")
+        rows = table.set_index("cell")
+        assert set(rows.index) == {JAX_FIT, JAX_FIT.replace("fit/bs32", "predict/bs256")}   # natives: same record
+        assert rows.at[JAX_FIT, "verdict"] == "slower" and rows.at[JAX_FIT, "significant"].startswith("yes")
+        assert rows.at[JAX_FIT, "packages changed"] == "keras 3.15.1 -> 3.16.0"
+        assert rows.loc[rows.index != JAX_FIT, "verdict"].item() == "no significant change"
+        trend = con.execute("SELECT run_finished_utc, estimate_ms, packages_changed FROM trend "
+                            f"WHERE cell_id = '{JAX_FIT}' ORDER BY run_finished_utc").df()
+    assert list(trend.packages_changed) == ["", "keras 3.15.1 -> 3.16.0"]
+    assert trend.estimate_ms.iloc[1] / trend.estimate_ms.iloc[0] == pytest.approx(1.2)
+    printed = history.main(["--store", str(store), "query",
+                            f"SELECT estimate_ms, packages_changed FROM trend WHERE cell_id = '{JAX_FIT}'"])
+    assert printed == 0
+    from kbench import first_page
+    moved, said = first_page.latest_changes(store, "tiny", "strict")
+    assert list(moved.cell) == [JAX_FIT] and "2 cells measured anew, 1 moved" in said
+    out, plots = tmp_path / "tables", tmp_path / "plots"
+    with history.connect(store) as con:
+        history.write_changes(con, "tiny", "strict", out, plots)
+    assert "keras 3.15.1 -> 3.16.0" in (out / "changes.md").read_text()
+    assert (plots / "trends.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_run_on_another_device_starts_its_own_series(tmp_path):
+    store = tmp_path / "history"
+    cpu = bumped_run(tmp_path, "cpu", MS, "3.15.1", "2026-11-01T00:00:00+00:00")
+    gpu = bumped_run(tmp_path, "gpu", {k: v / 10 for k, v in MS.items()}, "3.16.0", "2026-11-02T00:00:00+00:00",
+                     device_facts={"nvml": {"name": "NVIDIA H200"}})
+    history.ingest(cpu, "tiny", store)
+    history.ingest(gpu, "tiny", store)
+    with history.connect(store) as con:
+        assert history.changes(con, "tiny", "strict").empty          # ten times faster, but on another device
+        series = con.execute("SELECT DISTINCT device FROM trend ORDER BY device").df().device.tolist()
+    assert series == ["NVIDIA H200", "cpu"]
+
+
+def test_one_repeat_a_side_reads_the_noise_band_not_a_test(tmp_path):
+    store = tmp_path / "history"
+    history.ingest(bumped_run(tmp_path, "a", MS, "3.15.1", "2026-11-01T00:00:00+00:00", repeats=1), "tiny", store)
+    history.ingest(bumped_run(tmp_path, "b", {k: v * 1.02 for k, v in MS.items()}, "3.16.0",
+                              "2026-11-02T00:00:00+00:00", repeats=1), "tiny", store)
+    with history.connect(store) as con:
+        table = history.changes(con, "tiny", "strict")
+    assert len(table) == 4 and table.verdict.str.startswith("within noise").all()
+    assert (table.significant == "untested (1 repeat)").all()
+
+
+def test_a_missing_history_is_named(tmp_path, capsys):
+    assert history.main(["--store", str(tmp_path / "none"), "query", "SELECT 1"]) == 1
+    assert "no history yet" in capsys.readouterr().err
