@@ -37,8 +37,8 @@ FILES_ENV = "KBENCH_FILES"
 
 # ---------------------------------------------------------------- tolerance
 
-def contraction_and_depth(model: str, arch: dict, inputs: dict) -> tuple[int, int]:
-    """(K, D): the longest contraction of the model's products and how many products run in sequence."""
+def contraction_and_depth(model: str, arch: dict, inputs: dict, task: str | None = None) -> tuple[int, int]:
+    """(K, D): the longest contraction of the products of the model the task runs and how many run in sequence."""
     a = arch
     if model == "bert":
         return max(a["hidden_dim"], a["intermediate_dim"], inputs["sequence_length"]), 6 * a["num_layers"] + 3
@@ -50,6 +50,13 @@ def contraction_and_depth(model: str, arch: dict, inputs: dict) -> tuple[int, in
         return (max(a["encoder_intermediate_dim"], a["decoder_intermediate_dim"],
                     (a["image_size"] // a["patch_size"]) ** 2),
                 6 * a["encoder_num_layers"] + 8 * a["decoder_num_layers"] + 12)
+    if model == "stable_diffusion" and task == "fit":
+        # the VAE encoder (not the UNet): 3x3 convs up to its widest level, the middle's attention over the last
+        # level's pixels; in sequence conv_in, 2 convs per ResnetBlock and a downsampling conv per level, the
+        # middle's 2 blocks (4) and attention (q/k/v, scores, values, output: 4), conv_out
+        channels, levels = a["vae_block_channels"], len(a["vae_block_channels"])
+        pixels = (a["image_size"] // 2 ** (levels - 1)) ** 2
+        return max(9 * max(channels), pixels), levels * (2 * a["vae_layers_per_block"] + 1) + 9
     if model == "stable_diffusion":
         channels = a["unet_block_channels"]
         return 9 * 2 * max(channels), 6 * len(channels) * a["unet_layers_per_block"] + 12
@@ -59,7 +66,7 @@ def contraction_and_depth(model: str, arch: dict, inputs: dict) -> tuple[int, in
 
 
 def tolerance(spec: dict, dtype: str = "float32") -> float:
-    k, d = contraction_and_depth(spec["model"], spec["arch"], spec["inputs"])
+    k, d = contraction_and_depth(spec["model"], spec["arch"], spec["inputs"], spec["task"])
     return 2 * UNIT_ROUNDOFF[dtype] * math.sqrt(k * d)
 
 

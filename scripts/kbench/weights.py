@@ -7,8 +7,8 @@ any float32 tolerance; at weights whose activations reach unit scale (kernels of
 std 1, every norm scale and bias moved off its trivial init) the same pair differs by ~3e-4.
 
 The reference is stored in the Keras layout, in the order of the reference model's weights (Keras 3 on TensorFlow
-and torch read it by that order, the same models' weights; so do Keras 2's BERT, ResNet-50 and Stable Diffusion,
-whose weights have the same order and shapes); a mapping per model (kbench.mappings.<model>) turns it into the native
+and torch read it by path, the same models' weights, not always in the same order; Keras 2's BERT, ResNet-50 and
+Stable Diffusion by order, whose weights have the same order and shapes); a mapping per model (kbench.mappings.<model>) turns it into the native
 PyTorch layout (and, for SAM, Keras 2's order). A mapping is a list of (keras path pattern, torch name template,
 layout) rules: kbench.weights.Mapping checks that every reference array is matched exactly once, and its inverse
 gives the round trip (reference -> column -> reference) the tests check. Pure NumPy: no framework import.

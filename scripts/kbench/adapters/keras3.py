@@ -29,7 +29,17 @@ def prepare(spec: dict) -> dict:
     return _keras.prepare(keras, spec)
 
 
-load_reference = _keras.load_reference      # the reference's own weights: the same order on every backend
+def load_reference(workload, arrays, spec: dict) -> dict:
+    """The reference's own weights, by path: every Keras 3 backend builds the same weights with the same paths (a
+    session cleared per build), but not always in the same order (keras-hub's ViTDetBackbone makes its neck before
+    its functional graph, vit_det_backbone.py: JAX lists the neck's weights first, torch after the graph's)."""
+    from kbench import weights
+    by_path = dict(arrays)
+    paths = [weights.weight_path(w) for w in workload.model.weights]
+    if len(by_path) != len(arrays) or sorted(paths) != sorted(by_path):
+        raise ValueError(f"the model's weight paths are not the reference's: "
+                         f"{sorted(set(paths) ^ set(by_path))[:5]}")
+    return _keras.load_reference(workload, [(path, by_path[path]) for path in paths], spec)
 
 
 # ---------------------------------------------------------------- models

@@ -280,9 +280,11 @@ def _stable_diffusion(spec, rng, device):
     if (spec.get("equivalence") or {}).get("aligned"):
         _as_keras_cv_sd(unet)
     # SD v1.4's schedule; "trailing" spacing starts at t = 999 (and steps to 979), as keras-cv's sampler and the
-    # Keras cells' step (kbench.adapters._keras_sd) do; diffusers' default "leading" starts at 980
+    # Keras cells' step (kbench.adapters._keras_sd) do; diffusers' default "leading" starts at 980. No clipping of the
+    # predicted x0, as SD v1.4's scheduler config and keras-cv (stable_diffusion.py: pred_x0 as computed): DDIMScheduler
+    # defaults to clip_sample=True (scheduling_ddim.py), at t = 999 a clamp to [-1, 1] of an x0 of scale ~15
     scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                              timestep_spacing="trailing")
+                              timestep_spacing="trailing", clip_sample=False, set_alpha_to_one=False)
     scheduler.set_timesteps(50)
     # The scheduler gets the timestep as a Python int (its arithmetic on a tensor timestep is a data-dependent
     # branch: a graph break under torch.compile), the UNet a device tensor made once (a CPU tensor is copied to the
