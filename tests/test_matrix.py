@@ -123,3 +123,18 @@ def test_tf32_off_puts_the_override_in_the_cell_environment(config):
     strict = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax", "strict")
     anchor = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax", "anchor")
     assert strict["env"]["NVIDIA_TF32_OVERRIDE"] == "0" and "NVIDIA_TF32_OVERRIDE" not in anchor["env"]
+
+
+def test_equivalence_jobs_compare_in_float32_where_the_model_runs_bfloat16_only(config):
+    """The check's own precision is float32 (every other one is its accuracy cost against it): a job of Gemma, whose
+    rows run bfloat16 only, gets a float32 spec of each task too; one batch size per task (the first configured)."""
+    config.update(suite="tiny", models=["gemma", "bert"], frameworks=["native-torch-eager", "keras3-jax"])
+    job = matrix.equivalence_job(config, "tiny", "strict", "gemma", "native-torch-eager")
+    assert [(c["task"], c["batch_size"], c["precision"]) for c in job["cells"]] == [
+        ("fit", 8, "float32"), ("generate", 32, "float32"), ("fit", 8, "bfloat16"), ("generate", 32, "bfloat16")]
+    assert job["cells"][0]["dtypes"] == precision.dtypes("float32")
+    assert job["cells"][0]["cell_id"] == "tiny/strict/gemma/fit/bs8/float32/native-torch-eager"
+    bert = matrix.equivalence_job(config, "tiny", "strict", "bert", "keras3-jax", reference=True)
+    found = [(c["task"], c["precision"]) for c in bert["cells"]]     # float32 configured: nothing added
+    assert found[:2] == [("fit", "float32"), ("predict", "float32")] and len(found) == len(set(found))
+    assert matrix.equivalence_job(config, "tiny", "strict", "gemma", "keras2")["cells"] == []   # n/a stays n/a

@@ -249,11 +249,23 @@ def equivalence_frameworks(config: dict, suite: str, profile: str, model: str) -
 
 def equivalence_job(config: dict, suite: str, profile: str, model: str, framework: str,
                     reference: bool = False) -> dict:
-    """What an equivalence job process gets (kbench.equivalence): every runnable cell spec of the model in the
-    column, float32 first; reference: this job makes the reference (weights and outputs) instead of comparing."""
+    """What an equivalence job process gets (kbench.equivalence): a cell spec per task and precision of the model
+    runnable in the column, float32 first; reference: this job makes the reference (weights and outputs) instead of
+    comparing.
+
+    One batch size per task, its first configured: the check compares functions, and its reference holds one set of
+    outputs per task. float32 is the check's own precision (every column against the reference, every other
+    precision against the column's float32): where the model's precisions lack it (Gemma and Mistral run bfloat16
+    only), the job adds a float32 spec of each task, so the configured precisions show their accuracy cost."""
     settings = config["equivalence"]
-    found = [c for c in cells(config, suite) if c.model == model and c.framework == framework
-             and c.profile == profile and not c.not_applicable]
+    runnable = [c for c in cells(config, suite) if c.model == model and c.framework == framework
+                and c.profile == profile and not c.not_applicable]
+    batch = {}
+    for c in runnable:
+        batch.setdefault(c.task, c.batch_size)
+    found = [c for c in runnable if c.batch_size == batch[c.task]]
+    found += [Cell(suite, profile, model, task, size, "float32", framework) for task, size in batch.items()
+              if not any(c.task == task and c.precision == "float32" for c in found)]
     found.sort(key=lambda c: (c.precision != "float32", c.task, c.precision))
     specs = [spec(config, suite, c.model, c.task, c.batch_size, c.precision, c.framework, profile) for c in found]
     name = "reference" if reference else framework

@@ -145,12 +145,29 @@ class Rule:
 @dataclass(frozen=True)
 class Mapping:
     """Reference (Keras paths) <-> torch state dict, by rules. Strict both ways: every reference array maps to one
-    torch name, every torch name it is asked for has one reference array."""
+    torch name, every torch name it is asked for has one reference array.
+
+    skip: regexes of reference paths the column has no counterpart for, left out on purpose (keras-hub's per-head
+    LoRA factors against peft's flat ones: neither can hold the other's). A skipped path matches no rule, to_torch
+    and to_keras leave it out, skipped() names it; any other path without a rule is still an error."""
     rules: tuple[Rule, ...]
+    skip: tuple[str, ...] = ()
+
+    def skipped(self, arrays: list[tuple[str, np.ndarray]]) -> list[str]:
+        return [path for path, _ in arrays if self._skips(path)]
+
+    def _skips(self, path: str) -> bool:
+        if not any(re.fullmatch(pattern, path) for pattern in self.skip):
+            return False
+        if any(re.fullmatch(rule.keras, path) for rule in self.rules):
+            raise ValueError(f"the reference weight {path} is both skipped and mapped")
+        return True
 
     def to_torch(self, arrays: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
         state = {}
         for path, value in arrays:
+            if self._skips(path):
+                continue
             name, layout = self._match(path)
             if name in state:
                 raise ValueError(f"two reference arrays map to {name}")
@@ -162,6 +179,8 @@ class Mapping:
         """The inverse, onto the reference's own paths and shapes."""
         out = []
         for path, value in arrays:
+            if self._skips(path):
+                continue
             name, layout = self._match(path)
             out.append((path, layout.to_keras(np.asarray(state[name]), value.shape)))
         return out

@@ -39,7 +39,8 @@ def backend() -> Backend:
 def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     """The equivalence check's reference (Keras 3 weights) into the native module, through kbench.weights' mapping
     of the model and task. What the module has that the reference did not give it, and what the reference has that
-    the module lacks, are returned (the check reports them: a module with missing weights never passes)."""
+    the module lacks, are returned (the check reports them: a module with missing weights never passes), with the
+    reference arrays the mapping leaves out on purpose (kbench.weights.Mapping.skip)."""
     from kbench import mappings
     mapping = mappings.mapping(spec["model"], spec["task"])
     if mapping is None:
@@ -48,7 +49,8 @@ def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     state = {name: torch.as_tensor(value) for name, value in mapping.to_torch(arrays).items()}
     missing, unexpected = module.load_state_dict(state, strict=False)
     missing = [name for name in missing if not mappings.derived(spec["model"], name)]
-    return {k: v for k, v in (("missing", missing), ("unexpected", list(unexpected))) if v}
+    return {k: v for k, v in (("missing", missing), ("unexpected", list(unexpected)),
+                              ("skipped", mapping.skipped(arrays))) if v}
 
 
 def prepare(spec: dict) -> dict:

@@ -2,16 +2,18 @@
 models, one module per model; this registry is the one place the adapters ask.
 
 A model module provides MAPPINGS {(model, task): kbench.weights.Mapping} onto the native PyTorch modules, DERIVED
-(regexes of native buffers no reference carries), and where Keras 2 orders its weights otherwise than Keras 3,
-KERAS2_ORDER {(model, task): function(reference arrays, Keras 2 model) -> arrays in the Keras 2 model's order}.
+(regexes of native names no reference array is mapped to: buffers, tied weights, factors the column initialises
+itself), and where Keras 2 orders its weights otherwise than Keras 3, KERAS2_ORDER {(model, task): function(reference
+arrays, Keras 2 model) -> arrays in the Keras 2 model's order}.
 """
 from __future__ import annotations
 
 import re
 
-from kbench.mappings import bert, resnet50, sam, stable_diffusion
+from kbench.mappings import bert, gemma, mistral, resnet50, sam, stable_diffusion
 
-MODULES = {"bert": bert, "resnet50": resnet50, "sam": sam, "stable_diffusion": stable_diffusion}
+MODULES = {"bert": bert, "gemma": gemma, "mistral": mistral, "resnet50": resnet50, "sam": sam,
+           "stable_diffusion": stable_diffusion}
 
 
 def mapping(model: str, task: str):
