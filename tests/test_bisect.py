@@ -5,6 +5,7 @@ start (a .pth file: 2 ms in 1.0, 8 ms in 1.1, a slower step); kbench-plant-a is 
 tested on made-up repeat means (every verdict kind)."""
 import base64
 import hashlib
+import itertools
 import json
 import re
 import subprocess
@@ -223,6 +224,18 @@ def test_two_groups_that_only_move_the_cell_together_are_an_interaction():
     bench = MadeUpBench({"old": OLD_MS, "new": NEW_MS, "g1": OLD_MS, "g2": OLD_MS}, groups=2)
     verdict = bisect.decide(bench, 0.05)
     assert (verdict.kind, verdict.groups) == ("interaction", ["g1", "g2"]) and len(bench.measured) == 4
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 4])
+def test_the_most_steps_announced_are_the_most_the_rule_can_run(groups):
+    """All groups but the last move part of the change, their union does not explain it, no pair does: the longest
+    path."""
+    every = [f"g{i}" for i in range(1, groups + 1)]
+    means = {"old": OLD_MS, "new": NEW_MS, **{g: [12.0, 12.1, 11.9] for g in every[:-1]}, every[-1]: OLD_MS,
+             **{"+".join(c): OLD_MS for n in range(2, groups) for c in itertools.combinations(every, n)}}
+    bench = MadeUpBench(means, groups)
+    bisect.decide(bench, 0.05)
+    assert len(bench.measured) == bisect.most_steps(groups)
 
 
 def test_a_failed_endpoint_stops_the_bisect():

@@ -345,6 +345,12 @@ def write(record: Bisect, out: Path) -> None:
     (out / "bisect.md").write_text(markdown(record))
 
 
+def most_steps(groups: int) -> int:
+    """Endpoints, each group alone, the parts together, every pair. With one or two groups all of them together is
+    the new lock; with three, parts whose union is not the new lock are two, and their union is a pair."""
+    return {1: 2, 2: 4, 3: 8}.get(groups, 2 + groups + 1 + groups * (groups - 1) // 2)
+
+
 def default_out(config: dict, spec: dict, old_lock: Path, new_lock: Path) -> Path:
     digests = "-".join(envs.sha256_file(p).removeprefix("sha256:")[:8] for p in (old_lock, new_lock))
     return Path(config["results_dir"]) / "bisect" / f"{spec['cell_id'].replace('/', '-')}-{digests}"
@@ -375,8 +381,8 @@ def run(config: dict, stack: str, accelerator: str, old_lock: Path, new_lock: Pa
         raise BisectError(f"{old_lock} and {new_lock} pin the same versions: nothing to bisect")
     for g in groups:
         print(f"bisect: group {g.id}: {', '.join(c.text() for c in g.changes)}", flush=True)
-    k = len(groups)
-    print(f"bisect: {k} groups; at most {2 + k + 1 + k * (k - 1) // 2} steps of {repeats} repeats each", flush=True)
+    print(f"bisect: {len(groups)} groups; at most {most_steps(len(groups))} steps of {repeats} repeats each",
+          flush=True)
     record = Bisect(stack, accelerator, cell_id, cell.spec_digest(spec), runtime, repeats, stats.SIGNIFICANCE,
                     {"path": str(old_lock), "sha256": envs.sha256_file(old_lock)},
                     {"path": str(new_lock), "sha256": envs.sha256_file(new_lock)}, groups)
