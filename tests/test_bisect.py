@@ -238,6 +238,14 @@ def test_the_most_steps_announced_are_the_most_the_rule_can_run(groups):
     assert len(bench.measured) == bisect.most_steps(groups)
 
 
+def test_a_step_that_did_not_run_is_named_in_the_verdict():
+    bench = MadeUpBench({"old": OLD_MS, "new": NEW_MS, "g1": OLD_MS, "g2": NEW_MS, "g3": OLD_MS})
+    bench.measure([frozenset({"g3"})])[0].status = "unresolvable: kbench-plant-x==2 needs y"
+    verdict = bisect.decide(bench, 0.05)
+    assert verdict.kind == "group" and verdict.groups == ["g2"]
+    assert verdict.text.endswith("; not measured: g3 (unresolvable: kbench-plant-x==2 needs y)")
+
+
 def test_a_failed_endpoint_stops_the_bisect():
     bench = MadeUpBench({"old": OLD_MS, "new": NEW_MS})
     bench.measure([frozenset({"g1", "g2", "g3"})])[0].status = "failed: LockDrift"

@@ -33,7 +33,8 @@ share is (step - old) / (new - old), in ms/step.
 A group that moves the cell the other way is shown in the table, never named. At alpha 0.05 a group with no effect
 differs from old in about 5% of bisects, but cannot explain the change: its step then also differs from new.
 A step fails (the cell failed, the environment did not build, the resolver refused that combination of groups) as
-itself: it is shown, and no verdict rests on it. Failed endpoints stop the bisect.
+itself: it is shown, named at the end of the verdict, and the verdict rests on the other steps. A failed endpoint
+stops the bisect.
 
 Cost: every step is N repeats of the cell (N fresh processes) plus one environment; with k groups at most
 2 + k + 1 + k(k-1)/2 steps. Resolving the groups costs about 2 resolver runs per changed package.
@@ -270,6 +271,16 @@ def figures(step: Step) -> str:
 
 
 def decide(bench: Bench, alpha: float) -> Verdict:
+    """The verdict (the rule in the module docstring); steps that did not run are named in it: it rests on the
+    others only."""
+    verdict = _decide(bench, alpha)
+    missing = [s for s in bench.steps.values() if not s.ok]
+    if missing and verdict.kind != "failed":
+        verdict.text += "; not measured: " + ", ".join(f"{s.name} ({s.status})" for s in missing)
+    return verdict
+
+
+def _decide(bench: Bench, alpha: float) -> Verdict:
     groups, everything = bench.groups, frozenset(g.id for g in bench.groups)
     old, new = bench.measure([frozenset(), everything])
     for step in (old, new):
