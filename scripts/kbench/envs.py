@@ -35,13 +35,18 @@ def sha256_file(path: str | Path) -> str:
     return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def build(stack: str, accelerator: str, lock: Path, prefix: Path, record: Path) -> dict:
+def build(stack: str, accelerator: str, lock: Path, prefix: Path, record: Path,
+          find_links: tuple[str, ...] = ()) -> dict:
+    """find_links: folders of wheels the lock's packages may come from besides the index (kbench.bisect's, for
+    packages resolved with --find-links); the hashes are checked all the same."""
     uv = uv_binary()
     # The system CA store, so installs work behind TLS-inspecting proxies too.
     env = {**os.environ, "UV_NATIVE_TLS": os.environ.get("UV_NATIVE_TLS", "1")}
     python = prefix / "bin" / "python"
     subprocess.run([uv, "venv", "--quiet", "--allow-existing", "--python", PYTHON, str(prefix)], check=True, env=env)
-    subprocess.run([uv, "pip", "sync", "--require-hashes", "--python", str(python), str(lock)], check=True, env=env)
+    links = [a for folder in find_links for a in ("--find-links", str(folder))]
+    subprocess.run([uv, "pip", "sync", "--require-hashes", "--python", str(python), *links, str(lock)], check=True,
+                   env=env)
     version = subprocess.run([str(python), "-c", "import platform; print(platform.python_version())"],
                              capture_output=True, text=True, check=True).stdout.strip()
     environment = {"stack": stack, "accelerator": accelerator, "kind": "venv", "lock": str(lock),

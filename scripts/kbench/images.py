@@ -146,30 +146,44 @@ def stack_tag(stack: str, accelerator: str, lock_sha256: str) -> str:
 
 
 def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cache: Path, tag: str,
-                  no_cache: bool = False) -> list[str]:
+                  no_cache: bool = False, context: Path = REPO / "envs") -> list[str]:
+    """context: the folder the recipe copies the locks from (envs/, or one holding another lock under the stack's
+    name)."""
     return ["build", "--quiet", *(["--no-cache"] if no_cache else []), "--network", "host", "--timestamp", str(epoch),
             "--file", str(RECIPE),
             "--build-arg", f"BASE_IMAGE={base_id}", "--build-arg", f"STACK={stack}",
             "--build-arg", f"ACCELERATOR={accelerator}", "--build-arg", f"SOURCE_DATE_EPOCH={epoch}",
             # PyPI through the host's trust store and a shared download cache, during the build only
             f"--volume={HOST_CA_BUNDLE}:/etc/ssl/certs/ca-certificates.crt:ro", f"--volume={uv_cache}:/uvcache",
-            *launch.ulimit_args(), "--tag", tag, str(REPO / "envs")]
+            *launch.ulimit_args(), "--tag", tag, str(context)]
 
 
 def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_cache: Path, record: Path,
-                no_cache: bool = False, tag: str | None = None) -> dict:
-    """tag: default derived from the lock's digest; the image benchmark passes its own so it never replaces ours."""
-    lock = REPO / "envs" / f"{stack}.{accelerator}.lock"
+                no_cache: bool = False, tag: str | None = None, lock: Path | None = None) -> dict:
+    """tag: default derived from the lock's digest; the image benchmark passes its own so it never replaces ours.
+    lock: another lock of the stack than envs/<stack>.<accelerator>.lock (kbench.bisect's steps between two locks):
+    the build context is then a temporary folder holding it under the recipe's name beside envs/bootstrap.lock, so
+    the same lock gives the same image whichever folder it came from."""
+    lock = lock or REPO / "envs" / f"{stack}.{accelerator}.lock"
     lock_sha = envs.sha256_file(lock)
     base = records.read(base_record)
     tag = tag or stack_tag(stack, accelerator, lock_sha)
     uv_cache.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with one_build_at_a_time():
-        podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache), capture=True)
+    with tempfile.TemporaryDirectory() as tmp, one_build_at_a_time():
+        context = REPO / "envs"
+        if lock.resolve() != (context / f"{stack}.{accelerator}.lock").resolve():
+            context = Path(tmp)
+            for source, name in ((REPO / "envs" / "bootstrap.lock", "bootstrap.lock"),
+                                 (lock, f"{stack}.{accelerator}.lock")):
+                (context / name).write_bytes(source.read_bytes())
+                (context / name).chmod(0o644)       # as a checkout's files: COPY keeps the mode
+        podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache, context),
+               capture=True)
     check_reproducible(tag)
+    shown = lock.resolve().relative_to(REPO) if lock.resolve().is_relative_to(REPO) else lock.resolve()
     info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),
-            "lock": str(lock.relative_to(REPO)), "lock_sha256": lock_sha, "recipe_sha256": envs.sha256_file(RECIPE),
+            "lock": str(shown), "lock_sha256": lock_sha, "recipe_sha256": envs.sha256_file(RECIPE),
             "base_id": base["id"], "epoch": epoch, "build_seconds": round(time.monotonic() - started, 1)}
     records.write(record, info)
     return info

@@ -17,7 +17,9 @@ spec["arch"]: {"matrix_size": N}; spec["task_options"]:
          replays reuse their output memory); the workload keeps a copy of the first
   device_ms: each step also queues this many milliseconds of work on a simulated asynchronous device (a worker
          thread) and returns at once, as a GPU step does; only the backend's sync waits for that work. A harness that
-         timed without the backend's sync would report the dispatch time, not the work.
+         timed without the backend's sync would report the dispatch time, not the work. Or KBENCH_SYNTHETIC_DEVICE_MS:
+         what an installed package can set at interpreter start (a .pth file), a version bump that slows every step
+         (tests/test_bisect.py plants one)
 """
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ def _matmul(spec: dict, rng) -> Workload:
     a, b = rng.standard_normal((n, n)).astype(dtype), rng.standard_normal((n, n)).astype(dtype)
     trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504
-    device_seconds = options.get("device_ms", 0) / 1e3
+    device_seconds = float(options.get("device_ms") or os.environ.get("KBENCH_SYNTHETIC_DEVICE_MS") or 0) / 1e3
 
     def predict_step():
         if fault == "step":
