@@ -56,7 +56,45 @@ def load_reference(workload: Workload, arrays, spec: dict) -> dict:
 def prepare(spec: dict) -> dict:
     torch.manual_seed(spec["seed"])               # weight init
     # The GPU where there is one, else the default device: the CPU, or the meta device for kbench.census.
-    return {"device": torch.device("cuda") if torch.cuda.is_available() else torch.get_default_device()}
+    return {"device": torch.device("cuda") if torch.cuda.is_available() else _default_device()}
+
+
+# ---------------------------------------------------------------- torch versions (2.2 .. current)
+# The adapter runs on today's stack and on the anchor era's (torch 2.2, transformers 4.38, peft 0.9): each helper
+# takes the current API where it exists, else its older spelling.
+
+def _default_device() -> torch.device:
+    """torch.get_default_device where torch has it (2.2 has not); else where a factory function puts a new tensor,
+    which honours torch.set_default_device and a `with torch.device(...)` context alike."""
+    if hasattr(torch, "get_default_device"):
+        return torch.get_default_device()
+    return torch.empty(()).device
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    """torch.is_autocast_enabled(device_type); torch 2.2's takes no argument (CUDA) and has one per device."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
+def _autocast_dtype(device_type: str) -> torch.dtype:
+    """torch.get_autocast_dtype(device_type); torch 2.2 has one function per device instead."""
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.get_autocast_dtype(device_type)
+    return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
+
+
+def _grad_scaler(device_type: str):
+    """torch.amp.GradScaler(device); torch 2.2 has CUDA's only (torch.cuda.amp.GradScaler), no CPU loss scaling:
+    its CUDA scaler on a CPU disables itself with a warning, which would run a loss-scaled cell unscaled."""
+    if hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device_type)
+    if device_type != "cuda":
+        raise NotSupported(f"loss scaling on {device_type} needs torch >= 2.3 (torch {torch.__version__} has "
+                           "torch.cuda.amp.GradScaler only)")
+    return torch.cuda.amp.GradScaler()
 
 
 # ---------------------------------------------------------------- models
@@ -153,16 +191,25 @@ def _generate(model, prompt, spec, device):
     new_tokens = spec["task_options"]["new_tokens"]
     site = spec["settings"]["compile_site"]
     compiled = site == "decoding"
+    # A transformers with CompileConfig compiles its static-cache decoding itself; older ones (4.38) leave it to the
+    # caller: the static cache, then torch.compile of the model's forward, as their docs give.
+    own_compile = hasattr(transformers, "CompileConfig")
+    extra = {"disable_compile": not compiled,
+             "compile_config": transformers.CompileConfig(mode=COMPILE_MODE) if compiled else None} if own_compile else {}
     config = transformers.GenerationConfig(
         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-        eos_token_id=None, pad_token_id=0, disable_compile=not compiled,
-        cache_implementation="static" if compiled else None,
-        compile_config=transformers.CompileConfig(mode=COMPILE_MODE) if compiled else None)
-    if compiled and device.type == "cpu":
+        eos_token_id=None, pad_token_id=0, cache_implementation="static" if compiled else None, **extra)
+    if compiled and own_compile and device.type == "cpu":
         config.compile_config._compile_all_devices = True   # transformers compiles on accelerators only by default
     prompt = _tensors(prompt, device)
     mask = torch.ones_like(prompt)
     model = _place(model, spec, device).eval()
+    if compiled and not own_compile:
+        if not callable(getattr(model, "_setup_cache", None)):      # 4.38: Llama and Gemma only
+            raise NotSupported(f"transformers {transformers.__version__} has no static KV cache for "
+                               f"{type(model).__name__} (compiled decoding needs one)")
+        # not fullgraph=True (the 4.38 docs'): 4.38.1's Gemma mask has a data-dependent branch dynamo cannot trace
+        model.forward = torch.compile(model.forward, mode=COMPILE_MODE)
     # "model": the anchor's torch.compile(model) then generate, which reaches the uncompiled forward
     generating = torch.compile(model, mode=COMPILE_MODE) if site == "model" else model
     seen = {}
@@ -173,7 +220,8 @@ def _generate(model, prompt, spec, device):
             return generating.generate(input_ids=prompt, attention_mask=mask, generation_config=config)
 
     def evidence():
-        decoding = bool(config.compile_config) and config.cache_implementation == "static"
+        decoding = config.cache_implementation == "static" and (
+            bool(config.compile_config) if own_compile else _is_compiled(model.forward))
         return {"jit_compile": decoding or _is_compiled(generating),
                 "compile_site": "decoding" if decoding else "model" if _is_compiled(generating) else "none"}
 
@@ -358,9 +406,22 @@ def _place(module, spec, device):
     weights = spec["dtypes"]["weights"]
     module = module.to(device) if weights == "float32" else module.to(device=device, dtype=_torch_dtype(weights))
     if spec["settings"].get("lora_dtype") == "float32" and hasattr(module, "peft_config"):
-        from peft.tuners.tuners_utils import cast_adapter_dtype
-        cast_adapter_dtype(module, adapter_name="default", autocast_adapter_dtype=True)
+        _lora_to_float32(module)
     return module
+
+
+def _lora_to_float32(module) -> None:
+    """The LoRA factors in float32: peft's cast_adapter_dtype; where peft has none (0.9), what it does by hand:
+    every float16/bfloat16 parameter of the lora_ layers cast to float32 in place (peft 0.9's LoRA forward casts
+    its input to the factors' dtype and its output back)."""
+    try:
+        from peft.tuners.tuners_utils import cast_adapter_dtype
+    except ImportError:
+        for name, p in module.named_parameters():
+            if "lora_" in name and p.dtype in (torch.float16, torch.bfloat16):
+                p.data = p.data.to(torch.float32)
+        return
+    cast_adapter_dtype(module, adapter_name="default", autocast_adapter_dtype=True)
 
 
 def _autocast(spec, device):
@@ -392,7 +453,7 @@ def _fit(module, inputs, spec, optimizer, loss, outputs, evidence=None) -> Workl
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
     optimizer = _optimizer(optimizer, spec, [p for p in module.parameters() if p.requires_grad])
     # Dynamic loss scaling for float16 gradients (bfloat16 has float32's range and needs none).
-    scaler = torch.amp.GradScaler(device.type) if spec["dtypes"]["loss_scaling"] else None
+    scaler = _grad_scaler(device.type) if spec["dtypes"]["loss_scaling"] else None
 
     def train():
         with autocast():
@@ -477,8 +538,8 @@ def _note_compute_dtype(seen: dict, device, module, autocast=contextlib.nullcont
     autocast is on, else the weights'."""
     if "compute" not in seen:
         with autocast():
-            on = torch.is_autocast_enabled(device.type)
-            seen["compute"] = dtype_name(torch.get_autocast_dtype(device.type) if on
+            on = _autocast_enabled(device.type)
+            seen["compute"] = dtype_name(_autocast_dtype(device.type) if on
                                          else next(module.parameters()).dtype)
 
 
