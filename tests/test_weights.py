@@ -87,6 +87,22 @@ def test_verdicts_name_what_differs():
         "accuracy cost: rel 5.0e-03"
 
 
+def test_a_named_difference_in_the_table_is_a_label_spelled_out_below_it():
+    import pandas as pd
+    adam = "Keras 3's Adam on TensorFlow moves an embedding row once per occurrence"
+    long = pd.DataFrame([
+        {**row(2.6e-7, 7e-6, loss_last_rel=2.4e-3, steps=3, design_difference=adam), "model": "bert", "task": "fit",
+         "framework": "keras3-tensorflow", "reference column": False},
+        {**row(3.2e-7, 7e-6), "model": "bert", "task": "fit", "framework": "native-torch-eager",
+         "reference column": False}])
+    long["verdict"] = [tables.equivalence_verdict(r, False) for r in long.to_dict("records")]
+    table = tables.equivalence_table(long, ["native-torch-eager", "keras3-tensorflow"])
+    cell_text = table.loc[("bert", "fit", "float32"), "keras3-tensorflow"]
+    assert cell_text == "rel 2.6e-07 ✓; training steps drift: loss rel 2.4e-03 after 3 steps ([d1])"
+    assert tables.difference_notes(long) == f"\n[d1] {adam}\n"
+    assert table.loc[("bert", "fit", "float32"), "native-torch-eager"] == "rel 3.2e-07 ✓"
+
+
 def test_compare_reports_the_worst_output_and_the_first_divergent_token():
     ref = {"logits": np.array([[1.0, -2.0], [0.5, 3.0]]), "tokens": np.array([[4, 5, 6], [7, 8, 9]])}
     out = {"logits": ref["logits"] + [[0.0, 0.0], [0.0, 0.03]], "tokens": np.array([[4, 5, 6], [7, 1, 9]])}

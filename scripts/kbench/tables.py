@@ -513,7 +513,8 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
           note=NOTE)
     write(speedup_table(summary, frameworks, keras3, flags), out_dir, "speedup", profile, note=NOTE)
     checked.to_csv(out_dir / "equivalence_long.csv", index=False)
-    write(equivalence_table(checked, frameworks), out_dir, EQUIVALENCE, profile, note=EQUIVALENCE_NOTE)
+    write(equivalence_table(checked, frameworks), out_dir, EQUIVALENCE, profile,
+          note=EQUIVALENCE_NOTE + difference_notes(checked))
     write(params_table(summary, frameworks), out_dir, "params", profile)
     write(precision_table(summary, frameworks, baseline), out_dir, "precision", profile, by_section=True)
     write(precision_speedup_table(summary, frameworks, baseline, list(claims), accuracy_costs(checked)), out_dir,
@@ -670,10 +671,13 @@ def equivalence_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame
     if long.empty or "rel" not in long:
         return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=["model", "task", "precision"]))
 
+    labels = difference_labels(long)
+
     def text(group: pd.DataFrame) -> str:
         parts = []
         for r in group.itertuples():
             label = "aligned: " if r.variant == "aligned" else ""
+            r = r._replace(verdict=_labelled(r.verdict, labels))
             if pd.isna(r.rel):
                 parts.append(f"{label}{r.verdict}")
             elif r.verdict.startswith("accuracy cost"):
@@ -687,6 +691,25 @@ def equivalence_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame
     table = shown.groupby(["model", "task", "precision", "framework"], sort=False).apply(
         text, include_groups=False).unstack("framework")
     return table.reindex(columns=[f for f in frameworks if f in table.columns]).fillna("")
+
+
+def difference_labels(long: pd.DataFrame) -> dict[str, str]:
+    """Each named design difference that reaches a verdict -> a short label ([d1], [d2]): the table's cells name it,
+    the note under the table spells it out (a paragraph per cell buries the numbers)."""
+    named = [] if long.empty or "design_difference" not in long else long.design_difference.dropna()
+    unique = [d for d in dict.fromkeys(named) if d]
+    return {d: f"[d{i}]" for i, d in enumerate(unique, 1)}
+
+
+def _labelled(verdict: str, labels: dict[str, str]) -> str:
+    for difference, label in labels.items():
+        verdict = verdict.replace(difference, label)
+    return verdict
+
+
+def difference_notes(long: pd.DataFrame) -> str:
+    labels = difference_labels(long)
+    return "".join(f"\n{label} {difference}\n" for difference, label in labels.items())
 
 
 def equivalence_flags(long: pd.DataFrame) -> pd.Series:
