@@ -28,8 +28,9 @@ def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite, accelerator, run
         "environment": len(stacks)}
     profiles = len(CONFIG["profiles"])
     assert job_counts(proc.stdout) == {**environment_jobs, "cell": len(cells), "tables": profiles, "plots": profiles,
-                                       "departures": 1, "run_facts": 1, "all": 1,
-                                       "total": len(cells) + 2 * profiles + 3 + sum(environment_jobs.values())}
+                                       "departures": 1, "run_facts": 1, "history": 1, "changes": profiles,
+                                       "first_page": 1, "all": 1,
+                                       "total": len(cells) + 3 * profiles + 5 + sum(environment_jobs.values())}
     for stack in stacks:
         assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
 
