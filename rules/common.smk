@@ -210,3 +210,11 @@ def note_gpu_preflight_on_a_dry_run():
 
 
 note_gpu_preflight_on_a_dry_run()
+
+
+def equivalence_environment(framework):
+    return stack_record(matrix.stack_of(config, framework))
+
+
+def equivalence_sources(framework):
+    return sources.cell_sources(matrix.adapter_of(config, framework), entry="kbench.equivalence")

@@ -5,14 +5,6 @@
 REFERENCE = config["equivalence"]["reference"]
 
 
-def equivalence_environment(framework):
-    return stack_record(matrix.stack_of(config, framework))
-
-
-def equivalence_sources(framework):
-    return sources.cell_sources(matrix.adapter_of(config, framework), entry="kbench.equivalence")
-
-
 rule equivalence_reference:
     """The reference column's job: unit-scale weights from the cell's seed, its outputs and losses (the .npz)."""
     input:

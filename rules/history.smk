@@ -12,8 +12,8 @@ rule history:
     log:
         results("logs/history/{suite}.log"),
     params:
-        store=HISTORY,
-        results_dir=RESULTS,
+        store=lambda wildcards: HISTORY,        # (lambdas: the store and results folder are prefixes of outputs)
+        results_dir=lambda wildcards: RESULTS,
     localrule: True
     shell:
         "python -m kbench.history --store {params.store} ingest {params.results_dir} --suite {wildcards.suite} "
@@ -32,7 +32,7 @@ rule changes:
     log:
         results("logs/history/{suite}.{profile}.log"),
     params:
-        store=HISTORY,
+        store=lambda wildcards: HISTORY,
         out_dir=lambda wildcards: results("history", wildcards.suite, wildcards.profile),
     localrule: True
     shell:

@@ -103,8 +103,9 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
     plan = snakemake("-n", *TINY, cwd=up_to_date).stdout
     cells = runnable_cells(stack="keras3-jax")
+    # one profile configured: one tables job; the new cells join the history, its changes and the first page
     assert job_counts(plan) == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
-                                "all": 1, "total": len(cells) + 5}      # one profile configured: one tables job
+                                "history": 1, "changes": 1, "first_page": 1, "all": 1, "total": len(cells) + 8}
     assert "results/images/keras3-jax.cpu.json" in re.findall(r"output: (\S+)", plan)
     assert sorted(planned_cells(plan)) == cells
 
