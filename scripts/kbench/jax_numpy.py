@@ -143,6 +143,27 @@ def run_size(workload: str, size: int, steps: dict, rng: np.random.Generator, wi
     return compare_pair(workload, size, numpy_side, jax_side, widths)
 
 
+# ---------------------------------------------------------------- the job (driver side)
+
+def planned(config: dict, suite: str) -> bool:
+    """The study runs for a suite it lists, where it is enabled and its column is selected (its environment is
+    built for the column's cells anyway)."""
+    study = config["jax_numpy"]
+    return study["enabled"] and suite in study["suites"] and study["framework"] in config["frameworks"]
+
+
+def job(config: dict, suite: str) -> dict:
+    """What the job process gets: the suite's steps and sizes, the column's environment variables, the seed."""
+    from kbench import matrix
+    study, framework = config["jax_numpy"], config["jax_numpy"]["framework"]
+    entry = study["suites"][suite]
+    return {"cell_id": f"{suite}/jax_numpy", "job": "jax_numpy", "suite": suite, "accelerator": config["accelerator"],
+            "framework": framework, "framework_def": config["framework_defs"][framework],
+            "env": matrix.cell_env(config, framework, config["settings"]), "dtype": "float32",
+            "steps": entry["steps"], "workloads": entry["sizes"], "mlp_widths": entry["mlp_widths"],
+            "seed": config["seed"]}
+
+
 # ---------------------------------------------------------------- the job process
 
 def jax_device(jax) -> dict:
