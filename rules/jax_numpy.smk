@@ -1,22 +1,12 @@
 # JAX against NumPy (kbench.jax_numpy): one job per suite in the environment of config jax_numpy.framework (the
 # keras3-jax column's: its lock's NumPy and JAX), run by the launcher like a cell; rerun when its code or that lock
 # changes. Its table and the claim's verdict per workload go under tables/<suite>/.
-from kbench import jax_numpy, jax_numpy_tables
-
-JAX_NUMPY_STACK = matrix.stack_of(config, config["jax_numpy"]["framework"])
-
-
-def jax_numpy_files(suite):
-    """The study's tables where it runs for the suite (kbench.jax_numpy.planned), else none."""
-    if not jax_numpy.planned(config, suite):
-        return []
-    return [results("tables", suite, name) for name in jax_numpy_tables.OUTPUTS]
 
 
 rule jax_numpy:
     """The job: every workload and size of the suite, as NumPy and as jax.numpy under jax.jit."""
     input:
-        environment=stack_record(JAX_NUMPY_STACK),
+        environment=stack_record(matrix.stack_of(config, config["jax_numpy"]["framework"])),
         harness=sources.entry_sources("kbench.jax_numpy"),
     output:
         json=results("jax_numpy/{suite}/result.json"),
@@ -25,7 +15,8 @@ rule jax_numpy:
     params:
         job=lambda wildcards: jax_numpy.job(config, wildcards.suite),
         runtime=RUNTIME,
-        lock_sha256=envs.sha256_file(f"envs/{JAX_NUMPY_STACK}.{config['accelerator']}.lock"),
+        lock_sha256=envs.sha256_file(f"envs/{matrix.stack_of(config, config['jax_numpy']['framework'])}."
+                                     f"{config['accelerator']}.lock"),
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
