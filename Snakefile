@@ -30,6 +30,7 @@ include: "rules/environments.smk"
 include: "rules/images.smk"
 include: "rules/cells.smk"
 include: "rules/equivalence.smk"
+include: "rules/jax_numpy.smk"
 include: "rules/tables.smk"
 include: "rules/report.smk"
 include: "rules/history.smk"
@@ -65,3 +66,4 @@ rule all:
         table_files(config["suite"]),
         plot_files(config["suite"]),
         results("report", config["suite"], "first_page.html"),
+        jax_numpy_files(config["suite"]),

@@ -14,7 +14,8 @@ SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import config_check, departures, envs, matrix, precision, preflight, records, sources, tables
+from kbench import config_check, departures, envs, jax_numpy, jax_numpy_tables, matrix, precision, preflight, records, \
+    sources, tables
 
 try:      # every bad config: one line before any job (file and line, or key path; the bad value; what is allowed)
     config_check.check(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
@@ -147,6 +148,13 @@ def table_files(suite):
     """Every profile's tables, the departures page and the run facts."""
     return ([results("tables", suite, profile, name) for profile in config["profiles"] for name in tables.OUTPUTS]
             + [results("tables", suite, name) for name in departures.OUTPUTS + ["run_facts.html"]])
+
+
+def jax_numpy_files(suite):
+    """The JAX-against-NumPy tables where the study runs for the suite (kbench.jax_numpy.planned), else none."""
+    if not jax_numpy.planned(config, suite):
+        return []
+    return [results("tables", suite, name) for name in jax_numpy_tables.OUTPUTS]
 
 
 def plot_files(suite):

@@ -29,8 +29,8 @@ def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite, accelerator, run
     profiles = len(CONFIG["profiles"])
     assert job_counts(proc.stdout) == {**environment_jobs, "cell": len(cells), "tables": profiles, "plots": profiles,
                                        "departures": 1, "run_facts": 1, "history": 1, "changes": profiles,
-                                       "first_page": 1, "all": 1,
-                                       "total": len(cells) + 3 * profiles + 5 + sum(environment_jobs.values())}
+                                       "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1, "all": 1,
+                                       "total": len(cells) + 3 * profiles + 7 + sum(environment_jobs.values())}
     for stack in stacks:
         assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
 
@@ -103,9 +103,11 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
     plan = snakemake("-n", *TINY, cwd=up_to_date).stdout
     cells = runnable_cells(stack="keras3-jax")
-    # one profile configured: one tables job; the new cells join the history, its changes and the first page
+    # one profile configured: one tables job; the new cells join the history, its changes and the first page; the
+    # JAX-against-NumPy job runs in the keras3-jax image too
     assert job_counts(plan) == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
-                                "history": 1, "changes": 1, "first_page": 1, "all": 1, "total": len(cells) + 8}
+                                "history": 1, "changes": 1, "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1,
+                                "all": 1, "total": len(cells) + 10}
     assert "results/images/keras3-jax.cpu.json" in re.findall(r"output: (\S+)", plan)
     assert sorted(planned_cells(plan)) == cells
 

@@ -61,6 +61,7 @@ class CellResult:
     memory: dict | None = None
     energy: dict | None = None      # the GPU during the timed window (kbench.gpu.WindowMonitor): energy, clocks, slowdowns
     equivalence: dict | None = None     # an equivalence job's findings (kbench.equivalence), not a cell's
+    jax_numpy: dict | None = None       # the JAX-against-NumPy job's findings (kbench.jax_numpy), not a cell's
     repeat: int = 1                 # which fresh process of the cell this is (1 .. config repeats)
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION

@@ -102,6 +102,21 @@ def check_combinations(config: dict) -> None:
             + "); allowed: a precision some selected model lists")
 
 
+def check_jax_numpy(config: dict) -> None:
+    """The JAX-against-NumPy study's names point at things that exist (kbench.jax_numpy)."""
+    study = config["jax_numpy"]
+    if study["framework"] not in config["framework_defs"]:
+        raise ConfigError(f"config key jax_numpy.framework: {study['framework']!r} is not a column; allowed: "
+                          f"{', '.join(config['framework_defs'])}")
+    for suite, entry in study["suites"].items():
+        if suite not in config["suites"]:
+            raise ConfigError(f"config key jax_numpy.suites.{suite}: not a suite; allowed: {', '.join(config['suites'])}")
+        for workload in entry["sizes"]:
+            if workload not in study["workloads"]:
+                raise ConfigError(f"config key jax_numpy.suites.{suite}.sizes.{workload}: not in jax_numpy.workloads; "
+                                  f"allowed: {', '.join(study['workloads'])}")
+
+
 _REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?==\S+")
 _HASH = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
 
@@ -141,5 +156,6 @@ def check(config: dict, schema_path: Path, repo: Path = REPO) -> None:
         raise ConfigError(str(error)) from error
     check_paths(config)
     check_combinations(config)
+    check_jax_numpy(config)
     for stack in sorted({matrix.stack_of(config, f) for f in config["frameworks"]}):
         check_lock(repo / "envs" / f"{stack}.{config['accelerator']}.lock")

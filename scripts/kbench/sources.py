@@ -68,3 +68,10 @@ def cell_sources(adapter: str, entry: str = "kbench.runner") -> list[str]:
     root = SCRIPTS.parent
     found = modules([entry, f"kbench.adapters.{adapter}"])
     return [str(_path(m).relative_to(root)) for m in found]   # a list: Snakemake's input form
+
+
+@functools.lru_cache(maxsize=None)
+def entry_sources(entry: str) -> list[str]:
+    """The files of the modules a process of `entry` runs without an adapter (kbench.jax_numpy)."""
+    root = SCRIPTS.parent
+    return [str(_path(m).relative_to(root)) for m in modules([entry])]

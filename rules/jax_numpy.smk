@@ -1,0 +1,45 @@
+# JAX against NumPy (kbench.jax_numpy): one job per suite in the environment of config jax_numpy.framework (the
+# keras3-jax column's: its lock's NumPy and JAX), run by the launcher like a cell; rerun when its code or that lock
+# changes. Its table and the claim's verdict per workload go under tables/<suite>/.
+
+
+rule jax_numpy:
+    """The job: every workload and size of the suite, as NumPy and as jax.numpy under jax.jit."""
+    input:
+        environment=stack_record(matrix.stack_of(config, config["jax_numpy"]["framework"])),
+        harness=sources.entry_sources("kbench.jax_numpy"),
+    output:
+        json=results("jax_numpy/{suite}/result.json"),
+    log:
+        results("logs/jax_numpy/{suite}.log"),
+    params:
+        job=lambda wildcards: jax_numpy.job(config, wildcards.suite),
+        runtime=RUNTIME,
+        lock_sha256=envs.sha256_file(f"envs/{matrix.stack_of(config, config['jax_numpy']['framework'])}."
+                                     f"{config['accelerator']}.lock"),
+    resources:
+        cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
+        runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
+    threads: cell_threads
+    script:
+        "../scripts/run_jax_numpy.py"
+
+
+rule jax_numpy_table:
+    """The job's record -> jax_numpy.{csv,md,html} (per workload and size) and jax_numpy_claim.csv (the verdicts)."""
+    input:
+        results("jax_numpy/{suite}/result.json"),
+    output:
+        [in_report(results("tables/{suite}", name), "JAX against NumPy") if name.endswith(".html")
+         else results("tables/{suite}", name) for name in jax_numpy_tables.OUTPUTS],
+    log:
+        results("logs/jax_numpy_table/{suite}.log"),
+    params:
+        claim=json.dumps(config["jax_numpy"]["claim"]),
+        workloads=lambda wildcards: json.dumps({w: config["jax_numpy"]["workloads"][w]
+                                                for w in config["jax_numpy"]["suites"][wildcards.suite]["sizes"]}),
+        out_dir=lambda wildcards: results("tables", wildcards.suite),
+    localrule: True
+    shell:
+        "python -m kbench.jax_numpy_tables --claim={params.claim:q} --workloads={params.workloads:q} "
+        "--suite {wildcards.suite} --out {params.out_dir} {input} > {log} 2>&1"

@@ -1,0 +1,165 @@
+"""JAX against NumPy (kbench.jax_numpy, kbench.jax_numpy_tables): the verdict on made-up timings, agreement that
+fails a wrong result, the config's checks; and (e2e) the job itself in the keras3-jax environment."""
+import copy
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import CONFIG, REPO, snakemake
+from kbench import cell, config_check, jax_numpy, jax_numpy_tables as tables
+
+SCHEMA = REPO / "schemas" / "config.schema.yaml"
+CLAIM = CONFIG["jax_numpy"]["claim"]
+STEPS = {"warmup": 1, "timed": 4, "blocks": 2}
+
+
+def side(ms, half):
+    return {"ms": ms, "low": ms - half, "high": ms + half, "first_ms": 100.0}
+
+
+def row(size, numpy_ms, jax_ms, half=0.0, status="ok"):
+    return {"workload": "w", "size": size, "numpy": side(numpy_ms, half * numpy_ms), "jax": side(jax_ms, half * jax_ms),
+            "rel": 1e-7, "tolerance": 1e-6, "status": status}
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([row(10, 1.0, 1.0), row(100, 30.0, 1.0, half=0.1)], tables.HOLDS),           # 30x, interval 24.5x-36.7x
+    ([row(10, 1.0, 1.0), row(100, 5.0, 1.0, half=0.1)], tables.FAILS),            # at most 5x
+    ([row(100, 10.0, 1.0, half=0.2)], tables.NOT_SHOWN),                          # 6.7x-15x straddles 10x
+    ([row(100, 50.0, 1.0, status="mismatch")], tables.NOT_MEASURED),              # fast but wrong: no speedup
+    ([row(10, 2.0, 1.0), row(100, 50.0, 1.0, status="mismatch")], tables.FAILS),  # the wrong size is not counted
+    ([], tables.NOT_MEASURED),
+])
+def test_the_verdict_reads_the_ratio_and_its_interval_against_the_claim(rows, expected):
+    state, reason = tables.verdict(rows, CLAIM["speedup"])
+    assert state == expected, reason
+    if any(r["status"] == "mismatch" for r in rows) and state != tables.NOT_MEASURED:
+        assert "not counted: 100 (mismatch)" in reason
+
+
+def test_a_ratio_without_intervals_is_read_at_its_point():
+    no_interval = row(100, 20.0, 1.0)
+    no_interval["jax"].update(low=None, high=None)
+    assert tables.ratio_range(no_interval) == (20.0, None, None)
+    assert tables.verdict([no_interval], 10)[0] == tables.HOLDS
+    assert tables.verdict([no_interval], 30)[0] == tables.FAILS
+
+
+def result_with(rows, status="ok", error=None):
+    job = {"cell_id": "tiny/jax_numpy", "suite": "tiny"}
+    found = cell.new_result(job, {}, status, error)
+    found.jax_numpy = {"rows": rows, "device": {"platform": "cpu", "kind": "cpu", "count": 1}, "host_cpus": 2}
+    return found
+
+
+def test_tables_give_every_size_and_a_verdict_per_workload(tmp_path):
+    rows = [dict(row(256, 2.0, 1.0, half=0.1), workload="matmul"),
+            dict(row(1000, 40.0, 1.0, half=0.1), workload="elementwise"),
+            {"workload": "mlp", "size": 32, "status": "failed", "error": "MemoryError: "}]
+    workloads = {name: {"why": f"why {name}"} for name in ("matmul", "elementwise", "mlp")}
+    tables.build(result_with(rows), CLAIM, workloads, "tiny", tmp_path)
+    table = pd.read_csv(tmp_path / "jax_numpy.csv")
+    assert table["numpy/jax x"].tolist()[:2] == [2.0, 40.0] and table.agreement[2].startswith("failed: MemoryError")
+    claims = pd.read_csv(tmp_path / "jax_numpy_claim.csv").set_index("workload")
+    assert claims.verdict.to_dict() == {"matmul": tables.FAILS, "elementwise": tables.HOLDS,
+                                        "mlp": tables.NOT_MEASURED}
+    assert claims.reason["matmul"].endswith("why matmul") and (claims.device == "jax: cpu (cpu); numpy: host CPU (2 "
+                                                                                "cores)").all()
+    text = (tmp_path / "jax_numpy.md").read_text()
+    assert CLAIM["quote"] in text and "NumPy stays on the host" in text
+
+
+def test_a_failed_job_measures_nothing(tmp_path):
+    failed = result_with([], "failed", cell.error_info("LockMismatch", "jax 0.9 installed"))
+    claims = tables.claim_table(failed, CLAIM, {"matmul": {"why": "x"}})
+    assert claims.verdict.tolist() == [tables.NOT_MEASURED] and "LockMismatch" in claims.reason[0]
+
+
+@pytest.mark.parametrize("workload, size", [("matmul", 64), ("elementwise", 1000), ("reduction", 64), ("mlp", 8)])
+def test_agreement_passes_the_same_program_and_fails_a_wrong_one(workload, size):
+    """The timing and comparison path of the job, with NumPy on both sides: the same program agrees; one whose
+    result is off by 1e-4 relative (far above float32 rounding, far below a visible bug) is a mismatch."""
+    widths = [16, 32, 4]
+    same = jax_numpy.program(workload, np)
+    def wrong(*arrays):
+        out = same(*arrays)
+        return tuple(o * np.float32(1 + 1e-4) for o in out) if isinstance(out, tuple) else out * np.float32(1 + 1e-4)
+    for fn, status in ((same, "ok"), (wrong, "mismatch")):
+        found = jax_numpy.run_size(workload, size, STEPS, np.random.default_rng(0), widths, fn, list, lambda out: None)
+        assert found["status"] == status, found
+        assert found["numpy"]["ms"] > 0 and found["jax"]["low"] is not None and "output" not in found["jax"]
+
+
+def test_the_tolerance_grows_with_the_contraction():
+    assert jax_numpy.tolerance("matmul", 4096, []) == 4 * jax_numpy.tolerance("matmul", 256, [])
+    assert jax_numpy.relative_error(np.ones(3), np.ones(4)) == float("inf")
+
+
+def study(config):
+    return config["jax_numpy"]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: study(c).update(framework="keras4"), "config key jax_numpy.framework: 'keras4' is not a column"),
+    (lambda c: study(c)["suites"].update(huge=study(c)["suites"]["tiny"]), "config key jax_numpy.suites.huge: not a suite"),
+    (lambda c: study(c)["suites"]["tiny"]["sizes"].update(fft=[8]), "config key jax_numpy.suites.tiny.sizes"),
+    (lambda c: study(c)["suites"]["tiny"]["sizes"].update(matmul=[0]), "config key jax_numpy.suites.tiny.sizes.matmul.0"),
+    (lambda c: study(c)["claim"].pop("quote"), "config key jax_numpy.claim"),
+    (lambda c: study(c)["workloads"].pop("mlp"), "config key jax_numpy.suites"),
+])
+def test_bad_study_config_gets_one_error_naming_the_key(config, mutate, message):
+    mutate(config)
+    with pytest.raises(config_check.ConfigError) as error:
+        config_check.check(config, SCHEMA)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_study_is_planned_where_its_column_runs(config):
+    assert jax_numpy.planned(config, "tiny")
+    assert not jax_numpy.planned({**config, "frameworks": ["keras2"]}, "tiny")
+    job = jax_numpy.job({**config, "accelerator": "cpu"}, "tiny")
+    assert job["workloads"] == config["jax_numpy"]["suites"]["tiny"]["sizes"] and job["env"]["KERAS_BACKEND"] == "jax"
+
+
+# ---------------------------------------------------------------- the job itself
+
+SMALL = {"steps": {"warmup": 1, "timed": 4, "blocks": 2}, "mlp_widths": [16, 32, 4],
+         "sizes": {"matmul": [64], "elementwise": [1000], "reduction": [64], "mlp": [8]}}
+
+
+@pytest.mark.e2e
+def test_the_job_times_both_sides_and_agrees(tmp_path):
+    """The job at small sizes: on the host where the driver's venv has JAX, else through Snakemake in the keras3-jax
+    image (built from its lock on first use), like the other e2e runs."""
+    if importlib.util.find_spec("jax"):
+        job = jax_numpy.job({**copy.deepcopy(CONFIG), "accelerator": "cpu"}, "tiny")
+        job.update(workloads=SMALL["sizes"], steps=SMALL["steps"], mlp_widths=SMALL["mlp_widths"])
+        import os
+        os.environ.setdefault("KBENCH_LOCK_MODE", "warn")
+        result = jax_numpy.run(job, {})
+        if result.status != "ok" and "KBENCH_LOCK" in str(result.error):
+            pytest.skip("the driver's venv has JAX but no lock to check it against")
+    else:
+        overlay = {"jax_numpy": {"suites": {"tiny": SMALL}}, "equivalence": {"enabled": False}}
+        (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+        proc = snakemake("--cores", "all", "--configfile", str(tmp_path / "overlay.yaml"), "--config", "suite=tiny",
+                         "accelerator=cpu", "runtime=podman", f"results_dir={tmp_path}", "frameworks=[keras3-jax]",
+                         "models=[bert]", str(tmp_path / "tables" / "tiny" / "jax_numpy_claim.csv"), timeout=3600)
+        assert proc.returncode == 0, proc.stdout[-5000:]
+        result = cell.read(tmp_path / "jax_numpy" / "tiny" / "result.json")
+        claims = pd.read_csv(tmp_path / "tables" / "tiny" / "jax_numpy_claim.csv")
+        assert set(claims.verdict) <= {tables.HOLDS, tables.FAILS, tables.NOT_SHOWN} and len(claims) == 4
+    assert result.status == "ok", result.error
+    found = result.jax_numpy
+    assert found["device"]["platform"] == "cpu" and found["matmul_precision"] == "highest"
+    assert [(r["workload"], r["size"]) for r in found["rows"]] == [(w, s) for w, sizes in SMALL["sizes"].items()
+                                                                   for s in sizes]
+    for r in found["rows"]:
+        assert r["status"] == "ok" and r["rel"] <= r["tolerance"], r
+        assert r["numpy"]["ms"] > 0 and r["jax"]["ms"] > 0 and r["jax"]["first_ms"] > 0
+        assert len(r["jax"]["block_ms"]) == 2 and r["jax"]["low"] <= r["jax"]["ms"] <= r["jax"]["high"]
