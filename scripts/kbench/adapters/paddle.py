@@ -92,7 +92,7 @@ def _resnet50(spec, rng):
     images, labels = data.images_and_labels(spec, rng)
     target = _tensors(labels.astype("int64"))
     return _fit(model, _loss_layer(model, lambda logits: F.cross_entropy(logits, target)),
-                _tensors((data.channels_first(images),)), spec, "sgd", outputs=lambda logits: {"logits": logits})
+                {"x": _tensors(data.channels_first(images))}, spec, "sgd", outputs=lambda logits: {"logits": logits})
 
 
 def _stable_diffusion(spec, rng):
@@ -101,7 +101,7 @@ def _stable_diffusion(spec, rng):
         from ppdiffusers.models.vae import Encoder
         images, target = (_tensors(data.channels_first(a)) for a in data.sd_fit(spec, rng))
         encoder = Encoder(**kw["vae_encoder"])
-        return _fit(encoder, _loss_layer(encoder, lambda moments: F.mse_loss(moments, target)), (images,), spec, "adam",
+        return _fit(encoder, _loss_layer(encoder, lambda moments: F.mse_loss(moments, target)), {"x": images}, spec, "adam",
                     outputs=lambda moments: {"moments": _channels_last(moments)})
     # predict: one classifier-free-guided denoising step, as the native column's: the UNet on the 2n batch
     # (unconditional + conditional), guidance 7.5, one DDIM step; prompt embeddings stand in for the text encoder.
@@ -116,10 +116,10 @@ def _stable_diffusion(spec, rng):
     timestep = paddle.to_tensor([t])
     latent, context, unconditional = data.sd_denoising(spec, rng)
     latents, contexts = _tensors((data.channels_first(latent), np.concatenate([unconditional, context])))
-    forward = _Call(unet, lambda m, sample: m(sample, timestep, encoder_hidden_states=contexts, return_dict=False)[0])
+    forward = _Call(unet, lambda m, x: m(x, timestep, encoder_hidden_states=contexts, return_dict=False)[0])
 
     def denoise(call):
-        eps_uncond, eps_text = call(paddle.concat([latents] * 2)).chunk(2)
+        eps_uncond, eps_text = call(x=paddle.concat([latents] * 2)).chunk(2)
         eps = eps_uncond + 7.5 * (eps_text - eps_uncond)
         return scheduler.step(eps, t, latents).prev_sample
     return _inference(unet, forward, denoise, spec, outputs=lambda latent: {"latent": _channels_last(latent)})
@@ -135,20 +135,24 @@ class _Call(paddle.nn.Layer):
     """call(model, *args, **kwargs) as a layer that holds the model (what paddle-static's to_static wraps: a layer,
     not a closure; to_static of a closure fails in paddle 2.6, `NameError: name 'm' is not defined`)."""
 
-    def __init__(self, model, call=lambda model, *args, **kwargs: model(*args, **kwargs)):
+    def __init__(self, model, call=None):
         super().__init__()
-        self.model, self.call = model, call
+        self.model, self.call = model, call or _one_input
 
-    def forward(self, *args, **kwargs):
-        return self.call(self.model, *args, **kwargs)
+    def forward(self, **inputs):        # keywords only: to_static's signature check refuses *args here
+        return self.call(self.model, **inputs)
+
+
+def _one_input(model, x):
+    return model(x)
 
 
 def _loss_layer(model, loss, call=None) -> _Call:
     """A fit's forward pass and loss as one layer: (loss, output)."""
-    forward = call or (lambda m, *args, **kwargs: m(*args, **kwargs))
+    forward = call or _one_input
 
-    def with_loss(m, *args, **kwargs):
-        output = forward(m, *args, **kwargs)
+    def with_loss(m, **inputs):
+        output = forward(m, **inputs)
         return loss(output), output
     return _Call(model, with_loss)
 
@@ -213,7 +217,7 @@ def _optimizer(kind: str, spec: dict, parameters):
 
 
 def _fit(model, loss_layer, inputs, spec, optimizer, outputs, evidence=None) -> Workload:
-    """loss_layer(inputs) -> (loss, output); outputs(output) -> {name: tensor} (the equivalence check's view). The
+    """inputs: keyword tensors; loss_layer(**inputs) -> (loss, output); outputs(output) -> {name: tensor} (the equivalence check's view). The
     step returns the (unscaled) loss, read back to the host."""
     model.train()
     forward, autocast = _static(loss_layer, spec), _autocast(spec)
@@ -224,7 +228,7 @@ def _fit(model, loss_layer, inputs, spec, optimizer, outputs, evidence=None) -> 
     def step():
         _note_compute_dtype(seen, autocast)
         with autocast():
-            value, _ = _call(forward, inputs)
+            value, _ = forward(**inputs)
         if scaler:
             scaler.scale(value).backward()
             scaler.step(optimizer)
@@ -236,11 +240,11 @@ def _fit(model, loss_layer, inputs, spec, optimizer, outputs, evidence=None) -> 
         return float(value)
     return _workload(model, step, spec, seen, evidence=lambda: {**_evidence(forward), "metrics": [],
                                                                  **(evidence or {})},
-                     outputs=_inference_outputs(model, lambda: outputs(_call(forward, inputs)[1]), autocast))
+                     outputs=_inference_outputs(model, lambda: outputs(forward(**inputs)[1]), autocast))
 
 
 def _predict(model, call, inputs, spec, outputs, evidence=None) -> Workload:
-    return _inference(model, call, lambda forward: _call(forward, inputs), spec, outputs, evidence)
+    return _inference(model, call, lambda forward: forward(**inputs), spec, outputs, evidence)
 
 
 def _inference(model, call, run, spec, outputs, evidence=None) -> Workload:
@@ -295,11 +299,6 @@ def _dtype_name(dtype) -> str:
 
 def _first(output):
     return output[0] if isinstance(output, (tuple, list)) else output
-
-
-def _call(forward, inputs):
-    """inputs: a dict of keyword tensors or a tuple of positional ones."""
-    return forward(**inputs) if isinstance(inputs, dict) else forward(*inputs)
 
 
 def _channels_last(x):
