@@ -89,10 +89,25 @@ def _check_dropout(spec):
 
 def _resnet50(spec, rng):
     model = paddle.vision.models.resnet50(num_classes=spec["arch"]["num_classes"])
+    if (spec.get("equivalence") or {}).get("aligned"):
+        _as_keras_resnet50(model)
     images, labels = data.images_and_labels(spec, rng)
     target = _tensors(labels.astype("int64"))
     return _fit(model, _loss_layer(model, lambda logits: F.cross_entropy(logits, target)),
                 {"x": _tensors(data.channels_first(images))}, spec, "sgd", outputs=lambda logits: {"logits": logits})
+
+
+def _as_keras_resnet50(model):
+    """paddle.vision's v1.5 made keras.applications' v1, for the equivalence check only (as the native column's
+    kbench.adapters.native_torch._as_keras_resnet50): each stage's first stride on conv1 (1x1) instead of conv2
+    (3x3), a bias on every convolution, batch-norm epsilon 1.001e-5."""
+    for layer in (model.layer2, model.layer3, model.layer4):
+        layer[0].conv1._stride, layer[0].conv2._stride = [2, 2], [1, 1]
+    for module in model.sublayers():
+        if isinstance(module, paddle.nn.Conv2D) and module.bias is None:
+            module.bias = module.create_parameter([module._out_channels], is_bias=True)
+        if isinstance(module, paddle.nn.layer.norm._BatchNormBase):
+            module._epsilon = 1.001e-5
 
 
 def _stable_diffusion(spec, rng):
@@ -315,5 +330,21 @@ def _tensors(tree):
 
 
 def load_reference(workload: Workload, arrays, spec: dict) -> dict:
-    raise NotSupported(f"mapping incomplete: no weight mapping from the Keras reference to Paddle {spec['model']} "
-                       f"{spec['task']} yet")
+    """The equivalence check's reference (Keras 3 weights) into the Paddle model: the native column's mapping of the
+    model and task (kbench.mappings) onto torch's names and layouts, then torch's onto Paddle's
+    (kbench.mappings.paddle). What the model has that the reference did not give it, and the reverse, are returned
+    (a model with missing weights never passes)."""
+    from kbench import mappings
+    from kbench.mappings import paddle as to_paddle
+    mapping = mappings.mapping(spec["model"], spec["task"])
+    if mapping is None or not to_paddle.has_rules(spec["model"]):
+        raise NotSupported(f"mapping incomplete: no weight mapping from the Keras reference to Paddle "
+                           f"{spec['model']} {spec['task']} yet")
+    state = to_paddle.to_paddle(spec["model"], mapping.to_torch(arrays))
+    own = workload.model.state_dict()
+    unexpected = sorted(set(state) - set(own))
+    missing = sorted(set(own) - set(state))
+    workload.model.set_state_dict({name: value.astype(_dtype_name(own[name].dtype)) for name, value in state.items()
+                                   if name in own})
+    return {k: v for k, v in (("missing", missing), ("unexpected", unexpected),
+                              ("skipped", mapping.skipped(arrays))) if v}
