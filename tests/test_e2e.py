@@ -593,11 +593,11 @@ def test_paddle_mixed_precision_on_a_cpu_is_failed_by_the_dtype_guard(paddle_run
             assert result.numerics["compute_dtype"] == "float32" and result.timing is None
 
 
-def test_paddle_dtype_observation_is_what_ran_not_what_was_asked(host_run):
+def test_paddle_dtype_observation_is_what_ran_not_what_was_asked(paddle_run):
     """The adapter reads the compute dtype from a product computed inside the autocast context: on a CPU it is
     float32 and the guard refuses the mixed cell; with the observation replaced by the requested dtype (what
     auto_cast was asked for), the same cell would pass the guard."""
-    runtime, models, frameworks, tables, results = host_run
+    runtime, models, frameworks, tables, results = paddle_run
     out = run_in_venv(results, "paddle", ADAPTER_GUARDS, """
         from kbench.adapters import paddle as paddle_adapter
         spec, w = workload("paddle", "bert", "predict", 4, "mixed_bfloat16", "paddle-dygraph")
