@@ -59,7 +59,7 @@ BAD = [
     # names: defined in one section, used in another
     ("unknown suite", lambda c: c.update(suite="huge"), "config key suite: 'huge' is not defined; allowed: paper, smoke, tiny"),
     ("unknown framework", lambda c: c["frameworks"].append("keras4"),
-     "config key frameworks[6] (see framework_defs): 'keras4' is not defined; allowed: keras2, keras3-jax"),
+     "config key frameworks[8] (see framework_defs): 'keras4' is not defined; allowed: keras2, keras3-jax"),
     ("unknown model", lambda c: c["models"].append("llama"),
      "config key models[6] (see model_defs): 'llama' is not defined; allowed: bert, gemma, mistral, resnet50"),
     ("unknown precision", lambda c: c["precisions"].append("float8"),
@@ -69,15 +69,15 @@ BAD = [
      "config key model_defs.resnet50.precisions[0]: 'fp16' is not defined"),
     ("unknown adapter", lambda c: c["framework_defs"]["keras3-jax"].update(adapter="keras4"),
      "config key framework_defs.keras3-jax.adapter: 'keras4' is not defined; allowed: keras2, keras3, native_torch, "
-     "synthetic"),
+     "paddle, synthetic"),
     ("stack without a lock", lambda c: c["framework_defs"]["keras3-jax"].update(stack="keras3-jux"),
      "config key framework_defs.keras3-jax.stack: 'keras3-jux' has no lock envs/keras3-jux.gpu.lock"),
     ("n/a for a task the model lacks", lambda c: c["not_applicable"].append(
         {"framework": "keras2", "model": "bert", "task": "generate", "reason": "x"}),
-     "config key not_applicable[2].task: 'generate' matches no task of bert; allowed: fit, predict"),
+     "config key not_applicable[8].task: 'generate' matches no task of bert; allowed: fit, predict"),
     ("n/a for an unknown model", lambda c: c["not_applicable"].append(
         {"framework": "keras3-jax", "model": "llama", "task": "*", "reason": "x"}),
-     "config key not_applicable[2].model: 'llama' is not defined"),
+     "config key not_applicable[8].model: 'llama' is not defined"),
     ("claim for a task the model lacks", lambda c: c["precision_study"]["claims"].append(
         {"model": "resnet50", "task": "predict", "speedup": 2, "quote": "x"}),
      "config key precision_study.claims[2].task: 'predict' is not defined; allowed: fit"),

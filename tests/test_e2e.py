@@ -21,23 +21,28 @@ pytestmark = pytest.mark.e2e
 # Every framework family in podman images (native PyTorch eager and compiled, Keras 2, Keras 3); host venvs for one.
 RUNS = {"podman": (["bert", "sam"], ["native-torch-eager", "native-torch-compiled", "keras2", "keras3-jax",
                                      "keras3-tensorflow"]),
-        "host": (["bert"], ["keras3-jax", "keras3-tensorflow"])}
+        "host": (["bert"], ["keras3-jax", "keras3-tensorflow", "paddle-dygraph", "paddle-static"])}
 # The LLM and diffusion families (LoRA fit, generate, pure bfloat16; VAE fit, guided denoising) in one column per
 # family: generate at batch 1 only, to keep CI short.
 FAMILIES = (["gemma", "stable_diffusion"], ["native-torch-eager", "native-torch-compiled", "keras3-jax", "keras3-torch"])
 FAMILIES_CONFIG = {"model_defs": {"gemma": {"sizes": {"tiny": {"batch_sizes": {"generate": [1]}}}}}}
 BACKENDS = {"native-torch-eager": "torch", "native-torch-compiled": "torch", "keras2": "tensorflow",
-            "keras3-jax": "jax", "keras3-tensorflow": "tensorflow", "keras3-torch": "torch"}
+            "keras3-jax": "jax", "keras3-tensorflow": "tensorflow", "keras3-torch": "torch",
+            "paddle-dygraph": "paddle", "paddle-static": "paddle"}
 # What each backend's sync is on a CPU: JAX dispatches asynchronously there too; torch and TF eager do not.
 SYNC_ON_CPU = {"jax": "jax.block_until_ready", "torch": "none: torch runs synchronously on a CPU",
-               "tensorflow": "none: TensorFlow runs synchronously on this CPU"}
+               "tensorflow": "none: TensorFlow runs synchronously on this CPU",
+               "paddle": "none: paddle runs synchronously on a CPU"}
 # precision -> (weights dtype, compute dtype) a cell must report having run in
 DTYPES = {"float32": ("float32", "float32"), "mixed_float16": ("float32", "float16"),
           "mixed_bfloat16": ("float32", "bfloat16"), "bfloat16": ("bfloat16", "bfloat16")}
-ALL_FRAMEWORKS = CONFIG["frameworks"]
+# The precision study's columns on a CPU: Paddle's auto_cast computes float32 there (its mixed cells fail, see
+# test_paddle_mixed_precision_on_a_cpu_is_failed_by_the_dtype_guard).
+ALL_FRAMEWORKS = [f for f in CONFIG["frameworks"] if CONFIG["framework_defs"][f]["adapter"] != "paddle"]
+PADDLE = ["paddle-dygraph", "paddle-static"]
 MIXED = ["float32", "mixed_float16", "mixed_bfloat16"]
 FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-keras", "2.21.0"),
-                     "keras3": ("keras", "3.15.1")}
+                     "keras3": ("keras", "3.15.1"), "paddle": ("paddlepaddle", "3.3.1")}
 
 
 def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict",
@@ -63,6 +68,13 @@ def podman_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def host_run(tmp_path_factory):
     return run_tiny("host", tmp_path_factory, *RUNS["host"])
+
+
+@pytest.fixture(scope="module")
+def paddle_run(tmp_path_factory):
+    """The Paddle columns' other rows in host venvs: ResNet-50 fit in float32 and mixed_float16 (which a CPU cannot
+    run: Paddle's auto_cast computes float32 there), the SD VAE-encoder fit and guided DDIM step."""
+    return run_tiny("host", tmp_path_factory, ["resnet50", "stable_diffusion"], PADDLE, ["float32", "mixed_float16"])
 
 
 @pytest.fixture(scope="module")
@@ -540,3 +552,71 @@ def test_the_check_sees_one_perturbed_weight(podman_run, tmp_path):
     found = verdicts(run_job(results, equivalence_job(results, "keras2"), perturbed, tmp_path))
     fit, predict = found
     assert fit.startswith("differs: rel ") and predict.startswith("equivalent"), found      # only fit's weights moved
+
+
+def test_paddle_columns_ran_resnet50_and_sd_and_say_what_to_static_ran(paddle_run):
+    """paddle-dygraph runs uncompiled; paddle-static's evidence names SOT, the backend Paddle chose (PHI: this
+    wheel has no CINN) and its graph breaks; trainable parameters as torchvision counts them (Paddle's batch-norm
+    statistics are Parameters, left out)."""
+    runtime, models, frameworks, tables, results = paddle_run
+    found = {(r.spec["model"], r.spec["task"], r.spec["precision"], r.spec["framework"]): r for r in cells(results)}
+    assert set(found) == {(m, t, p, f) for m, t, p in (("resnet50", "fit", "float32"),
+                                                       ("resnet50", "fit", "mixed_float16"),
+                                                       ("stable_diffusion", "fit", "float32"),
+                                                       ("stable_diffusion", "predict", "float32")) for f in PADDLE}
+    for (model, task, precision, framework), result in found.items():
+        if precision == "mixed_float16":
+            continue
+        assert result.status == "ok", (result.cell_id, result.error)
+        assert result.provenance["sync"] == SYNC_ON_CPU["paddle"] and result.evidence["omp_num_threads"]
+        if framework == "paddle-dygraph":
+            assert result.evidence["jit_compile"] is False and result.evidence["to_static"] == "none"
+        else:
+            evidence = result.evidence
+            assert evidence["jit_compile"] is True and evidence["to_static"] == "sot"
+            assert evidence["static_backend"] == "PHI" and evidence["cinn_compiled"] is False
+            assert "BreakGraphInlineCallBreak" not in evidence["sot_graph_breaks"]
+            assert result.row()["compiles_in_window"] == 0
+        if task == "fit":
+            assert result.loss["last_timed_step"] < result.loss["first_timed_step"], result.loss
+    # torchvision's resnet50(num_classes=10): 25,557,032 at 1000 classes less 990 x (2048 + 1) of its head
+    assert found["resnet50", "fit", "float32", "paddle-dygraph"].params == {"total": 23_528_522,
+                                                                          "trainable": 23_528_522}
+
+
+def test_paddle_mixed_precision_on_a_cpu_is_failed_by_the_dtype_guard(paddle_run):
+    """paddle.amp.auto_cast on a CPU place only warns and computes float32: the cell is failed, not timed as fp16."""
+    runtime, models, frameworks, tables, results = paddle_run
+    for result in cells(results):
+        if result.spec["precision"] == "mixed_float16":
+            assert result.status == "failed" and result.error["type"] == "PrecisionMismatch", result.error
+            assert result.numerics["compute_dtype"] == "float32" and result.timing is None
+
+
+def test_paddle_dtype_observation_is_what_ran_not_what_was_asked(paddle_run):
+    """The adapter reads the compute dtype from a product computed inside the autocast context: on a CPU it is
+    float32 and the guard refuses the mixed cell; with the observation replaced by the requested dtype (what
+    auto_cast was asked for), the same cell would pass the guard."""
+    runtime, models, frameworks, tables, results = paddle_run
+    out = run_in_venv(results, "paddle", ADAPTER_GUARDS, """
+        from kbench.adapters import paddle as paddle_adapter
+        spec, w = workload("paddle", "bert", "predict", 4, "mixed_bfloat16", "paddle-dygraph")
+        print("OBSERVED", refused(spec, w))
+        paddle_adapter.observed_compute_dtype = lambda autocast: spec["dtypes"]["compute"]
+        spec, w = workload("paddle", "bert", "predict", 4, "mixed_bfloat16", "paddle-dygraph")
+        print("ASKED", refused(spec, w))
+    """)
+    assert "OBSERVED precision mixed_bfloat16 names weights float32 and compute bfloat16, but the steps ran in " \
+           "weights float32 and compute float32" in out
+    assert "ASKED None" in out
+
+
+def run_in_venv(results, stack, *parts, timeout=600):
+    """A Python snippet in a stack's host venv (the repository's scripts on its path), as run_in_image does."""
+    environment = records.read(results / "environments" / f"{stack}.cpu.json")
+    code = f"CONFIG_JSON = {json.dumps(json.dumps({**CONFIG, 'accelerator': 'cpu'}))}\n" + "".join(
+        textwrap.dedent(part) for part in parts)
+    proc = subprocess.run([f"{environment['prefix']}/bin/python", "-c", code], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "scripts")}, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout

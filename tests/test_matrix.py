@@ -16,16 +16,42 @@ def test_paper_suite_has_every_anchor_row_and_the_precision_study_for_every_fram
                     ("stable_diffusion", "fit", 8, "float32"), ("stable_diffusion", "predict", 13, "float32"),
                     *(("resnet50", "fit", 128, p) for p in MIXED)}
     assert len(cells) == len(rows) * len(config["frameworks"])
-    assert [c.framework for c in cells[:6]] == ["native-torch-eager", "native-torch-compiled", "keras2",
-                                                "keras3-tensorflow", "keras3-jax", "keras3-torch"]
+    assert [c.framework for c in cells[:8]] == ["native-torch-eager", "native-torch-compiled", "keras2",
+                                                "keras3-tensorflow", "keras3-jax", "keras3-torch", "paddle-dygraph",
+                                                "paddle-static"]
 
 
-def test_not_applicable_cells_are_the_keras2_llms(config):
-    """Native compiled LoRA fits run (the anchor compiled them); Keras 2 has no Gemma and no bf16 Mistral."""
+def test_not_applicable_cells_are_the_keras2_llms_and_the_paddle_llms_and_sam(config):
+    """Native compiled LoRA fits run (the anchor compiled them); Keras 2 has no Gemma and no bf16 Mistral; the
+    Paddle columns have no Gemma, Mistral or SAM class in their packages (no other architecture stands in)."""
     na = {(c.model, c.task, c.batch_size, c.framework) for c in matrix.cells(config) if c.not_applicable}
-    assert na == {(m, t, b, "keras2") for m in ("gemma", "mistral") for t, b in (("fit", 8), ("generate", 32),
-                                                                                ("generate", 1))}
+    llm = {(m, t, b) for m in ("gemma", "mistral") for t, b in (("fit", 8), ("generate", 32), ("generate", 1))}
+    paddle = ("paddle-dygraph", "paddle-static")
+    assert na == {(*row, "keras2") for row in llm} | {(*row, f) for row in llm | {("sam", "fit", 1),
+                                                                                  ("sam", "predict", 4)}
+                                                      for f in paddle}
     assert {c.not_applicable for c in matrix.cells(config) if c.framework == "native-torch-compiled"} == {None}
+
+
+def test_paddle_na_reasons_name_the_missing_class_in_the_locked_packages(config):
+    """The reasons say what is missing where (never that another architecture would do)."""
+    reasons = {(c.model, c.framework): c.not_applicable for c in matrix.cells(config)
+               if c.framework.startswith("paddle-")}
+    for framework in ("paddle-dygraph", "paddle-static"):
+        assert "no Gemma (v1) class" in reasons["gemma", framework]
+        assert "no Mistral class" in reasons["mistral", framework]
+        assert "paddlenlp 2.8.1" in reasons["gemma", framework] and "paddlenlp 2.8.1" in reasons["mistral", framework]
+        assert "no PaddlePaddle Segment Anything on PyPI" in reasons["sam", framework]
+        assert all(reasons[m, framework] is None for m in ("bert", "stable_diffusion", "resnet50"))
+        assert not any("llama" in (r or "").lower() for r in reasons.values())
+
+
+def test_paddle_columns_share_a_stack_and_only_the_static_one_compiles(config):
+    spec = lambda framework: matrix.spec(config, "tiny", "bert", "fit", 32, "float32", framework)   # noqa: E731
+    assert matrix.stack_of(config, "paddle-dygraph") == matrix.stack_of(config, "paddle-static") == "paddle"
+    assert spec("paddle-dygraph")["settings"]["jit_compile"] is False
+    assert spec("paddle-static")["settings"]["jit_compile"] is True
+    assert "compile_site" not in spec("paddle-static")["settings"]       # torch.compile's alone
 
 
 def test_selection_narrows_rows_and_columns(config):

@@ -177,3 +177,41 @@ def test_the_preflights_verdict_is_what_the_real_podman_does_with_the_spec(env_i
     assert resolved or "unresolvable CDI devices" in proc.stderr, proc.stderr
     verdict = preflight.cdi_problem(str(spec), text, preflight.podman_cdi_version(preflight.Host()))
     assert (verdict is None) == resolved, (verdict, proc.stderr)
+
+
+def capability_host(tmp_path, capabilities, driver="580.95.05"):
+    """fake_host whose nvidia-smi also answers the compute-capability query."""
+    host = fake_host(tmp_path, driver=driver)
+    listing = host.run
+
+    def run(argv):
+        if argv[0] == "nvidia-smi" and argv[1] == "--query-gpu=index,compute_cap":
+            return "".join(f"{i}, {c}\n" for i, c in enumerate(capabilities))
+        return listing(argv)
+    return preflight.Host(which=host.which, run=run, cdi_dirs=host.cdi_dirs, exists=host.exists)
+
+
+def test_the_paddle_gpu_stack_is_refused_on_hopper_and_runs_on_ampere_and_ada(tmp_path):
+    """paddlepaddle-gpu 2.6.2 has sm_61/70/75/80/86 cubins and no PTX: an H100/H200 (9.0) runs none of its kernels;
+    an A100 (8.0) and an L4 (8.9: sm_86 cubins run on 8.6 and later 8.x) do. Other stacks never ask."""
+    found = preflight.problems("podman", "gpu", ["paddle"], capability_host(tmp_path, ["9.0"]))
+    assert len(found) == 1 and found[0].startswith("stack paddle: envs/paddle.gpu.lock pins paddlepaddle-gpu==2.6.2")
+    assert "sm_61, sm_70, sm_75, sm_80, sm_86 and no PTX: GPU 0 (compute capability 9.0) can run none" in found[0]
+    for capabilities in (["8.0"], ["8.9"], ["7.0", "8.6"]):
+        assert preflight.problems("podman", "gpu", ["paddle"], capability_host(tmp_path, capabilities)) == []
+    mixed = preflight.problems("podman", "gpu-cuda12", ["paddle"], capability_host(tmp_path, ["8.0", "9.0"]))
+    assert len(mixed) == 1 and "GPU 1 (compute capability 9.0)" in mixed[0] and "GPU 0" not in mixed[0]
+    assert preflight.problems("podman", "gpu", ALL_STACKS, capability_host(tmp_path, ["9.0"])) == []
+
+
+def test_the_paddle_gpu_stack_names_its_cuda_11_8_driver_floor(tmp_path):
+    need = cuda.requirement((REPO / "envs" / "paddle.gpu.lock").read_text())
+    assert (need.cuda, need.min_driver) == ("11.8", "450.80.02")
+    found = preflight.problems("podman", "gpu", ["paddle"], capability_host(tmp_path, ["8.0"], driver="440.33.01"))
+    assert found == ["stack paddle: NVIDIA driver 440.33.01 is older than 450.80.02, the oldest that runs CUDA 11.8 "
+                     "(envs/paddle.gpu.lock pins nvidia-cuda-runtime-cu11==11.8.89); update the NVIDIA driver"]
+
+
+def test_a_driver_that_cannot_say_its_compute_capability_is_a_problem_for_the_paddle_stack(tmp_path):
+    found = preflight.problems("podman", "gpu", ["paddle"], capability_host(tmp_path, ["[N/A]"]))
+    assert len(found) == 1 and "nvidia-smi reported no compute capability" in found[0]

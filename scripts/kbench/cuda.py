@@ -26,6 +26,28 @@ _RUNTIME = re.compile(r"nvidia-cuda-runtime(-cu\d+)?")
 _TOOLKIT = re.compile(r"cuda-toolkit")
 
 
+# Wheels whose GPU code covers only some architectures, by the pin a lock carries: the compute capabilities of its
+# SASS (cubins) and of its PTX. A cubin for sm_XY runs on X.Z for Z >= Y only (the same major; CUDA C Programming
+# Guide, "Binary Compatibility"), PTX is compiled by the driver for any newer GPU; a GPU neither covers runs none of
+# its kernels ("no kernel image is available for execution on the device"). paddlepaddle-gpu 2.6.2 (CUDA 11.8):
+# counted in its libphi.so and libpaddle.so fatbins, sm_61/70/75/80/86 cubins and no PTX (one sm_90 cubin holds only
+# the gradient-compression kernels, paddle::communication::dgc), so no Paddle compute kernel runs on Hopper (9.0).
+KERNEL_ARCHS = {"paddlepaddle-gpu==2.6.2": {"sass": ((6, 1), (7, 0), (7, 5), (8, 0), (8, 6)), "ptx": ()}}
+
+
+def kernel_archs(lock_text: str) -> tuple[str, dict] | None:
+    """(pin, {"sass", "ptx"}) of the lock's pin that KERNEL_ARCHS lists, or None: its kernels cover every GPU."""
+    pins = {f"{_normalize(m[1])}=={m[0].split('==', 1)[1].split()[0]}" for m in _PIN.finditer(lock_text)}
+    return next(((pin, archs) for pin, archs in KERNEL_ARCHS.items() if pin in pins), None)
+
+
+def runs_on(archs: dict, capability: tuple[int, int]) -> bool:
+    """Whether a GPU of this compute capability runs the kernels: a cubin of its major at or below its minor, or
+    PTX at or below it."""
+    return (any(major == capability[0] and minor <= capability[1] for major, minor in archs["sass"])
+            or any(ptx <= capability for ptx in archs["ptx"]))
+
+
 class CudaRequirement(NamedTuple):
     cuda: str                    # "12.9": major.minor of the CUDA runtime the lock carries
     min_driver: str              # the oldest Linux driver that runs it (minor-version compatibility)

@@ -160,6 +160,13 @@ def hf_bert_config(arch: dict, gelu: str = "tanh", dropout: float | None = None)
     return config
 
 
+def paddlenlp_bert_config(arch: dict, dropout: float | None = None) -> dict:
+    """paddlenlp.transformers.BertConfig(**kwargs) for its BertForSequenceClassification: HF's names and defaults
+    (layer-norm epsilon 1e-12, dropout 0.1). hidden_act is a paddle.nn.functional name, exact GELU: paddlenlp's
+    encoder layers take getattr(F, hidden_act), which has no tanh form (the adapter sets that on the layers)."""
+    return hf_bert_config(arch, "exact", dropout)
+
+
 def _hf_decoder_config(arch: dict) -> dict:
     return {"vocab_size": arch["vocabulary_size"], "num_hidden_layers": arch["num_layers"],
             "num_attention_heads": arch["num_query_heads"], "num_key_value_heads": arch["num_key_value_heads"],
@@ -235,7 +242,8 @@ def diffusers_sd_kwargs(arch: dict) -> dict:
 # tf.keras: keras/src/applications/resnet.py block1, `Conv2D(filters, 1, strides=stride)` first) builds the
 # original ResNet (v1): the stride on the first 1x1 convolution. torchvision (models/resnet.py Bottleneck:
 # `self.conv2 = conv3x3(width, width, stride)`) builds v1.5: the stride on the 3x3 one, about 6% more FLOPs at 224 px.
-RESNET50_STRIDE_ON = {"keras3": "1x1", "keras2": "1x1", "native_torch": "3x3"}
+# paddle.vision's resnet50 (BottleneckBlock: the stride on conv2, the 3x3) is torchvision's v1.5, name for name.
+RESNET50_STRIDE_ON = {"keras3": "1x1", "keras2": "1x1", "native_torch": "3x3", "paddle": "3x3"}
 RESNET50_VARIANT = {"1x1": "ResNet v1 (stride on the first 1x1 conv; keras.applications)",
                     "3x3": "ResNet v1.5 (stride on the 3x3 conv; torchvision)"}
 

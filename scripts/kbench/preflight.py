@@ -92,7 +92,45 @@ def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path, runtime
                    if accelerator == "gpu" and need.cuda.startswith("13.") else "update the NVIDIA driver")
             found.append(f"stack {stack}: NVIDIA driver {driver} is older than {need.min_driver}, the oldest that "
                          f"runs CUDA {need.cuda} ({lock} pins {need.pin}); {fix}")
+        found += _architectures(stack, lock, host.read(repo / lock), host)
     return found
+
+
+def compute_capabilities(host: Host) -> dict[str, tuple[int, int]]:
+    """nvidia-smi's compute capability of each GPU, by index (asked only where a stack's kernels need it: drivers
+    before R510 have no compute_cap field)."""
+    out = host.run(["nvidia-smi", "--query-gpu=index,compute_cap", "--format=csv,noheader"])
+    found = {}
+    for line in out.splitlines():
+        index, _, capability = (part.strip() for part in line.partition(","))
+        if re.fullmatch(r"\d+\.\d+", capability):
+            found[index] = tuple(int(part) for part in capability.split("."))
+    return found
+
+
+def _architectures(stack: str, lock: str, lock_text: str, host: Host) -> list[str]:
+    """A stack whose GPU wheel has kernels for some architectures only (kbench.cuda.KERNEL_ARCHS), on GPUs they do
+    not cover: every kernel would fail with "no kernel image is available for execution on the device"."""
+    listed = cuda.kernel_archs(lock_text)
+    if listed is None:
+        return []
+    pin, archs = listed
+    try:
+        capabilities = compute_capabilities(host)
+    except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired) as error:
+        return [f"stack {stack}: {lock} pins {pin}, whose kernels run on some GPUs only, and nvidia-smi could not "
+                f"say this host's compute capability ({error}); a driver >= R510 reports it"]
+    if not capabilities:
+        return [f"stack {stack}: {lock} pins {pin}, whose kernels run on some GPUs only, and nvidia-smi reported no "
+                "compute capability (a driver >= R510 reports it)"]
+    cannot = sorted(f"GPU {index} (compute capability {c[0]}.{c[1]})" for index, c in capabilities.items()
+                    if not cuda.runs_on(archs, c))
+    if not cannot:
+        return []
+    built = ", ".join(f"sm_{major}{minor}" for major, minor in archs["sass"])
+    ptx = ", ".join(f"compute_{major}{minor}" for major, minor in archs["ptx"]) or "no PTX"
+    return [f"stack {stack}: {lock} pins {pin}, built with kernels for {built} and {ptx}: {', '.join(cannot)} can "
+            f"run none of them; run its CPU lock (--config accelerator=cpu) or leave its columns out of frameworks"]
 
 
 # The newest CDI spec version each podman reads, from the container-device-interface library it vendors (podman's

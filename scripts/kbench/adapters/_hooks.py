@@ -167,3 +167,79 @@ def dynamo_counters(torch) -> dict:
     counters = sys.modules["torch._dynamo.utils"].counters
     return dict(zip(keys, (counters["stats"]["unique_graphs"], sum(counters["graph_break"].values()),
                            sum(counters["unimplemented"].values()), counters["inductor"]["cudagraph_skips"])))
+
+
+def paddle_hooks() -> dict:
+    """PaddlePaddle. paddle.device.synchronize() raises a TypeError on a CPU place (in CPU and CUDA builds alike):
+    it is called on a GPU only; CPU kernels run synchronously. TF32: the CUDA build's FLAGS_allow_tf32_cublas and
+    FLAGS_allow_tf32_cudnn (a CPU build has neither, and no TF32). Compile counters: SOT's frame translations
+    (paddle.jit.to_static(full_graph=False) translates a frame on each cache miss: a recompile is one more) and its
+    graph breaks (kbench.adapters._hooks.paddle_graph_breaks)."""
+    import paddle
+    gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    if gpu:
+        paddle.device.set_device("gpu:0")
+    flags = ("FLAGS_allow_tf32_cublas", "FLAGS_allow_tf32_cudnn")
+
+    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
+        if not gpu:
+            return {}                       # a CPU has no TF32, and a CPU build no switch for it
+        if mode != "library-default":
+            paddle.set_flags(dict.fromkeys(flags, mode == "on"))
+        return paddle.get_flags(list(flags))
+
+    def matmul(a, b):
+        return paddle.matmul(paddle.to_tensor(a), paddle.to_tensor(b)).numpy()
+
+    def reset_peak():
+        if gpu:
+            paddle.device.cuda.reset_max_memory_allocated()
+        return gpu
+
+    def device():
+        return {"kind": "gpu" if gpu else "cpu", "name": paddle.device.cuda.get_device_name(0) if gpu else "cpu",
+                "count": paddle.device.cuda.device_count() if gpu else 0,
+                "platform_version": paddle.version.cuda() if gpu else None}
+    breaks = paddle_graph_breaks()
+
+    def compile_counters() -> dict:
+        return {"graphs": _sot_translations(), "graph_breaks": sum(breaks.values())}
+    return {"sync": (lambda _: paddle.device.synchronize()) if gpu else (lambda _: None),
+            "sync_name": "paddle.device.synchronize" if gpu else "none: paddle runs synchronously on a CPU",
+            "device": device, "set_tf32": set_tf32, "matmul": matmul,
+            "peak_device_memory_bytes": lambda: paddle.device.cuda.max_memory_allocated() if gpu else None,
+            "reset_peak_device_memory": reset_peak,
+            "memory_view": "paddle max_memory_allocated: tensors' peak since the reset after build (the allocator's "
+                           "reserve and the CUDA context are not in it)",
+            "compile_counters": compile_counters}
+
+
+_PADDLE_BREAKS: dict | None = None
+
+
+def paddle_graph_breaks() -> dict:
+    """SOT's graph breaks in this process, by reason: every BreakGraphError raised, counted by its reason's class,
+    except BreakGraphInlineCallBreak (the same break re-raised at each inlined call level above it). Counted from
+    BreakGraphError's constructor, the one place every break passes (paddle 2.6 and 3.x; 3.x's InfoCollector needs
+    SOT_COLLECT_INFO set before the first translation and prints a report at exit)."""
+    global _PADDLE_BREAKS
+    if _PADDLE_BREAKS is None:
+        from paddle.jit.sot.utils import exceptions
+        _PADDLE_BREAKS = {}
+        original = exceptions.BreakGraphError.__init__
+
+        def counted(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            reason = type(getattr(self, "reason", None) or self).__name__
+            if reason != "BreakGraphInlineCallBreak":
+                _PADDLE_BREAKS[reason] = _PADDLE_BREAKS.get(reason, 0) + 1
+        exceptions.BreakGraphError.__init__ = counted
+    return _PADDLE_BREAKS
+
+
+def _sot_translations() -> int:
+    try:
+        from paddle.jit.sot.opcode_translator.executor.executor_cache import OpcodeExecutorCache
+    except ImportError:
+        return 0
+    return getattr(OpcodeExecutorCache(), "translate_count", 0)
