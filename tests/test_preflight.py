@@ -191,17 +191,26 @@ def capability_host(tmp_path, capabilities, driver="580.95.05"):
     return preflight.Host(which=host.which, run=run, cdi_dirs=host.cdi_dirs, exists=host.exists)
 
 
-def test_the_paddle_gpu_stack_is_refused_on_hopper_and_runs_on_ampere_and_ada(tmp_path):
+def test_the_paddle_gpu_stack_is_unsupported_on_hopper_and_runs_on_ampere_and_ada(tmp_path):
     """paddlepaddle-gpu 2.6.2 has sm_61/70/75/80/86 cubins and no PTX: an H100/H200 (9.0) runs none of its kernels;
-    an A100 (8.0) and an L4 (8.9: sm_86 cubins run on 8.6 and later 8.x) do. Other stacks never ask."""
-    found = preflight.problems("podman", "gpu", ["paddle"], capability_host(tmp_path, ["9.0"]))
-    assert len(found) == 1 and found[0].startswith("stack paddle: envs/paddle.gpu.lock pins paddlepaddle-gpu==2.6.2")
-    assert "sm_61, sm_70, sm_75, sm_80, sm_86 and no PTX: GPU 0 (compute capability 9.0) can run none" in found[0]
+    an A100 (8.0) and an L4 (8.9: sm_86 cubins run on 8.6 and later 8.x) do. The run is not refused for it (the
+    other columns run): the preflight notes it, and the adapter refuses its cells with the same reason. Other
+    stacks never ask."""
+    hopper = capability_host(tmp_path, ["9.0"])
+    assert preflight.problems("podman", "gpu", ["paddle"], hopper) == []
+    found = preflight.notes("gpu", ["paddle"], hopper)
+    assert found == ["stack paddle: envs/paddle.gpu.lock: GPU 0: paddlepaddle-gpu==2.6.2 is built with kernels for "
+                     "sm_61, sm_70, sm_75, sm_80, sm_86 and no PTX: a GPU of compute capability 9.0 runs none of "
+                     "them; its cells there read unsupported (the other columns run)"]
     for capabilities in (["8.0"], ["8.9"], ["7.0", "8.6"]):
-        assert preflight.problems("podman", "gpu", ["paddle"], capability_host(tmp_path, capabilities)) == []
-    mixed = preflight.problems("podman", "gpu-cuda12", ["paddle"], capability_host(tmp_path, ["8.0", "9.0"]))
-    assert len(mixed) == 1 and "GPU 1 (compute capability 9.0)" in mixed[0] and "GPU 0" not in mixed[0]
-    assert preflight.problems("podman", "gpu", ALL_STACKS, capability_host(tmp_path, ["9.0"])) == []
+        assert preflight.notes("gpu", ["paddle"], capability_host(tmp_path, capabilities)) == []
+    mixed = preflight.notes("gpu-cuda12", ["paddle"], capability_host(tmp_path, ["8.0", "9.0"]))
+    assert len(mixed) == 1 and "GPU 1: " in mixed[0] and "GPU 0" not in mixed[0]
+    assert preflight.notes("gpu", ALL_STACKS, capability_host(tmp_path, ["9.0"])) == []
+    assert cuda.kernel_refusal("paddlepaddle-gpu==2.6.2", (9, 0)).endswith("runs none of them")
+    assert cuda.kernel_refusal("paddlepaddle-gpu==2.6.2", (8, 6)) is None
+    assert cuda.kernel_refusal("paddlepaddle-gpu==2.6.2", (6, 0)) is not None      # sm_61 cubins need 6.1 or later
+    assert cuda.kernel_refusal("torch==2.13.0", (9, 0)) is None                     # not listed: covers every GPU
 
 
 def test_the_paddle_gpu_stack_names_its_cuda_11_8_driver_floor(tmp_path):
@@ -212,6 +221,6 @@ def test_the_paddle_gpu_stack_names_its_cuda_11_8_driver_floor(tmp_path):
                      "(envs/paddle.gpu.lock pins nvidia-cuda-runtime-cu11==11.8.89); update the NVIDIA driver"]
 
 
-def test_a_driver_that_cannot_say_its_compute_capability_is_a_problem_for_the_paddle_stack(tmp_path):
-    found = preflight.problems("podman", "gpu", ["paddle"], capability_host(tmp_path, ["[N/A]"]))
+def test_a_driver_that_cannot_say_its_compute_capability_is_noted_for_the_paddle_stack(tmp_path):
+    found = preflight.notes("gpu", ["paddle"], capability_host(tmp_path, ["[N/A]"]))
     assert len(found) == 1 and "nvidia-smi reported no compute capability" in found[0]

@@ -48,6 +48,18 @@ def runs_on(archs: dict, capability: tuple[int, int]) -> bool:
             or any(ptx <= capability for ptx in archs["ptx"]))
 
 
+def kernel_refusal(pin: str, capability: tuple[int, int]) -> str | None:
+    """Why a wheel of KERNEL_ARCHS cannot run on a GPU of this compute capability (None: it can, or it is not
+    listed): the reason its cells read as unsupported (the adapter asks at prepare) and the preflight's note."""
+    archs = KERNEL_ARCHS.get(pin)
+    if archs is None or runs_on(archs, capability):
+        return None
+    built = ", ".join(f"sm_{major}{minor}" for major, minor in archs["sass"])
+    ptx = ", ".join(f"compute_{major}{minor}" for major, minor in archs["ptx"]) or "no PTX"
+    return (f"{pin} is built with kernels for {built} and {ptx}: a GPU of compute capability "
+            f"{capability[0]}.{capability[1]} runs none of them")
+
+
 class CudaRequirement(NamedTuple):
     cuda: str                    # "12.9": major.minor of the CUDA runtime the lock carries
     min_driver: str              # the oldest Linux driver that runs it (minor-version compatibility)

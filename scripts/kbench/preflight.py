@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -71,6 +72,19 @@ def problems(runtime: str, accelerator: str, stacks: list[str], host: Host | Non
     return found + _driver(accelerator, stacks, host, repo, runtime) + _plumbing(runtime, host)
 
 
+def notes(accelerator: str, stacks: list[str], host: Host | None = None, repo: Path = REPO) -> list[str]:
+    """What this host runs as unsupported cells rather than refusing the run: a stack whose GPU wheel has no kernels
+    for some of its GPUs (kbench.cuda.KERNEL_ARCHS; its adapter refuses those cells with the same reason)."""
+    host = host or Host()
+    if not stacks or not is_gpu(accelerator) or not host.which("nvidia-smi"):
+        return []
+    found = []
+    for stack in stacks:
+        lock = f"envs/{stack}.{accelerator}.lock"
+        found += _architectures(stack, lock, host.read(repo / lock), host)
+    return found
+
+
 def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path, runtime: str = "host") -> list[str]:
     """The NVIDIA driver, and its version against the CUDA of every stack to run (a preinstalled interpreter runs
     its own CUDA, not the lock's: only the driver's presence is checked there)."""
@@ -92,7 +106,6 @@ def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path, runtime
                    if accelerator == "gpu" and need.cuda.startswith("13.") else "update the NVIDIA driver")
             found.append(f"stack {stack}: NVIDIA driver {driver} is older than {need.min_driver}, the oldest that "
                          f"runs CUDA {need.cuda} ({lock} pins {need.pin}); {fix}")
-        found += _architectures(stack, lock, host.read(repo / lock), host)
     return found
 
 
@@ -123,14 +136,9 @@ def _architectures(stack: str, lock: str, lock_text: str, host: Host) -> list[st
     if not capabilities:
         return [f"stack {stack}: {lock} pins {pin}, whose kernels run on some GPUs only, and nvidia-smi reported no "
                 "compute capability (a driver >= R510 reports it)"]
-    cannot = sorted(f"GPU {index} (compute capability {c[0]}.{c[1]})" for index, c in capabilities.items()
-                    if not cuda.runs_on(archs, c))
-    if not cannot:
-        return []
-    built = ", ".join(f"sm_{major}{minor}" for major, minor in archs["sass"])
-    ptx = ", ".join(f"compute_{major}{minor}" for major, minor in archs["ptx"]) or "no PTX"
-    return [f"stack {stack}: {lock} pins {pin}, built with kernels for {built} and {ptx}: {', '.join(cannot)} can "
-            f"run none of them; run its CPU lock (--config accelerator=cpu) or leave its columns out of frameworks"]
+    cannot = {index: cuda.kernel_refusal(pin, c) for index, c in sorted(capabilities.items())}
+    return [f"stack {stack}: {lock}: GPU {index}: {reason}; its cells there read unsupported (the other columns "
+            f"run)" for index, reason in cannot.items() if reason]
 
 
 # The newest CDI spec version each podman reads, from the container-device-interface library it vendors (podman's
@@ -232,6 +240,9 @@ def _plumbing(runtime: str, host: Host) -> list[str]:
 def check(runtime: str, accelerator: str, stacks: list[str], host: Host | None = None,
           tools: set[str] | None = None) -> None:
     found = problems(runtime, accelerator, stacks, host, tools)
+    if not found:
+        for note in notes(accelerator, stacks, host):
+            print(f"preflight: note: {note}", file=sys.stderr)
     if found:
         raise PreflightError(f"preflight: this host cannot run the selected cells (runtime {runtime}, accelerator "
                              f"{accelerator}):\n" + "\n".join(f"  - {problem}" for problem in found))

@@ -41,8 +41,22 @@ def backend() -> Backend:
 
 
 def prepare(spec: dict) -> dict:
+    _refuse_uncovered_gpu()
     paddle.seed(spec["seed"])            # weight init
     return {}
+
+
+def _refuse_uncovered_gpu() -> None:
+    """A GPU the installed wheel has no kernels for (paddlepaddle-gpu 2.6.2 on Hopper, kbench.cuda.KERNEL_ARCHS)
+    runs none of them: the cell is unsupported there, with the reason, before any kernel fails."""
+    if not (paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
+        return
+    from importlib import metadata
+    from kbench import cuda
+    reason = cuda.kernel_refusal(f"paddlepaddle-gpu=={metadata.version('paddlepaddle-gpu')}",
+                                 tuple(paddle.device.cuda.get_device_capability(0)))
+    if reason:
+        raise NotSupported(reason)
 
 
 # ---------------------------------------------------------------- models
