@@ -1,6 +1,9 @@
 # Every finished run joins the history (kbench.history: results/history/history.duckdb, Parquet beside it); its
 # changes against the previous comparable run and the trends of the cells that moved; the report's first page.
 HISTORY = results("history")
+# Where and how cells run, never what they measured: a change to one rewrites no page (the cells rerun for none)
+OPERATIONAL_SETTINGS = ("runtime", "preinstalled_python", "results_dir", "archive_images", "ship_images",
+                        "cell_timeout_minutes", "containers")
 
 
 rule history:
@@ -56,7 +59,7 @@ rule first_page:
     params:
         store=HISTORY,
         tables=lambda wildcards: results("tables", wildcards.suite),
-        config_json=json.dumps(config),
+        config_json=json.dumps({k: v for k, v in config.items() if k not in OPERATIONAL_SETTINGS}),
     localrule: True
     shell:
         "python -m kbench.first_page --suite {wildcards.suite} --tables {params.tables} --history {params.store} "

@@ -22,8 +22,6 @@ sequence); beyond it the size is marked a mismatch, and a time that computes som
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -234,12 +232,8 @@ def _line(row: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="result JSON path")
-    args = parser.parse_args(argv)
-    payload = json.load(sys.stdin)
-    run(payload["spec"], payload["context"]).write(args.out)
-    return 0
+    from kbench import runner
+    return runner.job_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -258,13 +258,19 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux reports KiB
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def job_main(job, doc: str, argv=None) -> int:
+    """A job process's entry (python -m <module> --out R < payload, as kbench.launch starts it): job(spec, context)
+    -> its CellResult, written to R."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--out", required=True, help="result JSON path")
     args = parser.parse_args(argv)
     payload = json.load(sys.stdin)
-    run(payload["spec"], payload["context"]).write(args.out)
+    job(payload["spec"], payload["context"]).write(args.out)
     return 0
+
+
+def main(argv=None) -> int:
+    return job_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":
