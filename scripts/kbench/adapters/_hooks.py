@@ -49,8 +49,11 @@ def jax_hooks() -> dict:
         bf16 ones too, where a non-default precision forbids XLA:GPU's Triton GEMM fusions, and XLA:GPU mishandles
         non-default precision_config inside while loops (jax issue 34917, fixed by PR 35091 after jax 0.10.2), which
         keras-hub's generate runs. "off" is the F32_F32_F32 algorithm preset, the form that fix lowers HIGHEST to."""
-        if mode != "library-default" and compute_dtype == "float32":   # XLA's own GEMM fusions follow it too
-            jax.config.update("jax_default_matmul_precision", "tensorfloat32" if mode == "on" else "F32_F32_F32")
+        if mode != "library-default":      # XLA's own GEMM fusions follow it too
+            # another compute dtype gets the default back: one process may run several precisions (the
+            # equivalence job), and the F32 preset left on float16 dots fails (dot_general: F16_F16_F32)
+            jax.config.update("jax_default_matmul_precision",
+                              None if compute_dtype != "float32" else "tensorfloat32" if mode == "on" else "F32_F32_F32")
         return {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
     def matmul(a, b):
