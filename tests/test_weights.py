@@ -129,3 +129,29 @@ def test_unit_scale_kernels_have_unit_fan_in_variance_and_lora_b_starts_at_zero(
     assert np.all(weights.unit_value(Layer(), "lora_kernel_b", (4, 8), rng) == 0)
     gamma = weights.unit_value(Layer(), "gamma", (10000,), rng)
     assert gamma.mean() == pytest.approx(1, abs=0.01) and gamma.std() == pytest.approx(0.2, rel=0.05)
+
+
+class Ran:
+    """A workload stand-in: the dtypes its steps observed, and how many steps it was asked for."""
+    def __init__(self, compute):
+        self.compute, self.steps = compute, 0
+
+    def step(self):
+        self.steps += 1
+
+    def dtypes(self):
+        return {"weights": "float32", "compute": self.compute}
+
+
+def test_a_precision_whose_steps_ran_in_float32_has_no_accuracy_cost_to_show():
+    """Paddle's auto_cast on a CPU computes float32: its mixed_float16 outputs equal its float32 ones (rel 0), which
+    must read as a failed precision, not as a free one; a predict task runs one step so the dtypes are observed."""
+    from kbench import runner
+    spec = {"task": "predict", "precision": "mixed_float16",
+            "dtypes": {"weights": "float32", "compute": "float16", "loss_scaling": True}}
+    with pytest.raises(runner.PrecisionMismatch, match="compute float32"):
+        equivalence._check_ran_in(Ran("float32"), spec)
+    ran = Ran("float16")
+    equivalence._check_ran_in(ran, spec)
+    assert ran.steps == 1
+    equivalence._check_ran_in(Ran(None), spec)          # nothing observed: nothing to hold against it

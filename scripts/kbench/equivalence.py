@@ -139,6 +139,19 @@ def run(job: dict, context: dict) -> tuple[cell.CellResult, dict[str, np.ndarray
     return result, arrays
 
 
+def _check_ran_in(workload, spec: dict) -> None:
+    """A precision's cost is only its cost where the steps ran in it: a column whose autocast does nothing (Paddle's
+    on a CPU) would show an error of zero. The cell's own guard (kbench.runner.check_dtypes), on what the workload
+    observed in its steps (a predict task runs one step to observe them)."""
+    from kbench import runner
+    if spec["task"] != "fit":
+        workload.step()
+    observed = {kind: name for kind, name in workload.dtypes().items() if name is not None}
+    expected = {kind: spec["dtypes"][kind] for kind in observed if kind in ("weights", "compute")}
+    if {k: observed[k] for k in expected} != expected:
+        runner.check_dtypes(spec, workload.dtypes())
+
+
 def _one(adapters, adapter, backend, job: dict, spec: dict, reference: dict | None, arrays: dict,
          own: dict) -> dict:
     """One task and precision in this column: as built, and aligned where the column differs by design."""
@@ -162,6 +175,8 @@ def _one(adapters, adapter, backend, job: dict, spec: dict, reference: dict | No
             found["loaded"] = adapter.load_reference(workload, _task_weights(reference, task), spec_v) or {}
         outputs = workload.outputs()
         losses = [float(workload.step()) for _ in range(job["fit_steps"])] if task == "fit" else []
+        if precision != "float32":
+            _check_ran_in(workload, spec)
         found.update(outputs=_summary(outputs), losses=losses)
         if precision == "float32" and variant == "as built":    # what this column's other precisions cost
             own[task] = (outputs, np.asarray(losses))
