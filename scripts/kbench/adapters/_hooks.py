@@ -51,7 +51,7 @@ def jax_hooks() -> dict:
         keras-hub's generate runs. "off" is the F32_F32_F32 algorithm preset, the form that fix lowers HIGHEST to."""
         if mode != "library-default":      # XLA's own GEMM fusions follow it too
             # another compute dtype gets the default back: one process may run several precisions (the
-            # equivalence job), and the F32 preset left on float16 dots fails (dot_general: F16_F16_F32)
+            # equivalence job), and a float32 cell's preset must not reach the next one's half-precision dots
             jax.config.update("jax_default_matmul_precision",
                               None if compute_dtype != "float32" else "tensorfloat32" if mode == "on" else "F32_F32_F32")
         return {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
