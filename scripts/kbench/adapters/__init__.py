@@ -76,6 +76,18 @@ def dtype_name(dtype) -> str:
     return str(getattr(dtype, "name", dtype)).removeprefix("torch.")
 
 
+def backward_and_step(loss, optimizer, scaler=None) -> None:
+    """The backward pass and optimizer step of a fit, through the loss scaler where the precision scales (torch's
+    torch.amp.GradScaler and paddle.amp.GradScaler share this API)."""
+    if scaler:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+
+
 def load(adapter_name: str):
     """Import kbench.adapters.<name> (see the module docstring for what it provides)."""
     return importlib.import_module(f"kbench.adapters.{adapter_name.replace('-', '_')}")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from kbench import models
-from kbench.adapters import Backend, NotSupported, Workload, _hooks, dtype_name, for_tasks
+from kbench.adapters import Backend, NotSupported, Workload, _hooks, backward_and_step, dtype_name, for_tasks
 from kbench.adapters import _inputs as data
 
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "diffusers", "segment-anything")
@@ -458,13 +458,7 @@ def _fit(module, inputs, spec, optimizer, loss, outputs, evidence=None) -> Workl
     def train():
         with autocast():
             value = loss(_call(forward, inputs))
-        if scaler:
-            scaler.scale(value).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            value.backward()
-            optimizer.step()
+        backward_and_step(value, optimizer, scaler)
         optimizer.zero_grad(set_to_none=True)
         return value.detach()
     # "train-step": zero_grad, forward, loss, backward and optimizer step compiled as one function (the anchor's

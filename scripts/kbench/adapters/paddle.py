@@ -29,7 +29,7 @@ import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 
 from kbench import models  # noqa: E402
-from kbench.adapters import Backend, NotSupported, Workload, _hooks, for_tasks  # noqa: E402
+from kbench.adapters import Backend, NotSupported, Workload, _hooks, backward_and_step, for_tasks  # noqa: E402
 from kbench.adapters import _inputs as data  # noqa: E402
 
 _PACKAGES = ("paddlepaddle", "paddlepaddle-gpu", "paddlenlp", "ppdiffusers")
@@ -258,13 +258,7 @@ def _fit(model, loss_layer, inputs, spec, optimizer, outputs, evidence=None) -> 
         _note_compute_dtype(seen, autocast)
         with autocast():
             value, _ = forward(**inputs)
-        if scaler:
-            scaler.scale(value).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            value.backward()
-            optimizer.step()
+        backward_and_step(value, optimizer, scaler)
         optimizer.clear_grad()
         return float(value)
     return _workload(model, step, spec, seen, evidence=lambda: {**_evidence(forward), "metrics": [],
