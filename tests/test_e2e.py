@@ -130,7 +130,8 @@ def test_cells_record_backend_environment_and_timing(tiny_run):
         assert result.status == "ok", result.error
         prov, framework_def = result.provenance, result.spec["framework_def"]
         backend = BACKENDS[result.spec["framework"]]
-        assert prov["runtime"] == runtime and prov["backend"] == backend and backend in prov["packages"]
+        distribution = {"paddle": "paddlepaddle"}.get(backend, backend)      # the backend's package on PyPI
+        assert prov["runtime"] == runtime and prov["backend"] == backend and distribution in prov["packages"]
         package, version = FRAMEWORK_PACKAGE[framework_def["adapter"]]
         assert prov["packages"][package] == version and prov["device"].lower().startswith("cpu")
         lock = REPO / "envs" / f"{framework_def['stack']}.cpu.lock"
