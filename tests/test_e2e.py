@@ -411,23 +411,32 @@ ADAPTER_GUARDS = """
 
 def test_native_adapter_builds_in_place_and_its_autocast_is_observed(podman_run):
     """In the native-torch image: a pure-bf16 Gemma is created in bf16 where it runs (every base parameter
-    registered in bfloat16, none in float32 first; only the float32 LoRA factors peft adds); a mixed-precision cell
+    registered in bfloat16, none in float32 first; only the LoRA factors peft adds are left out: they are created by
+    get_peft_model as plain nn.Linear weights, cast as settings.lora_dtype says); a mixed-precision cell
     whose autocast did nothing (the adapter's autocast replaced by a null context) is refused as
     PrecisionMismatch."""
     runtime, models, frameworks, tables, results = podman_run
     out = run_in_image(results, "native-torch", ADAPTER_GUARDS, """
-        import torch
+        import peft, torch
         from kbench.adapters import native_torch
-        created, register = [], torch.nn.Module.register_parameter
+        created, register, in_peft = [], torch.nn.Module.register_parameter, []
         def spy(module, name, parameter):
             if parameter is not None:
-                created.append((name, parameter.dtype))
+                created.append((type(module).__name__, name, parameter.dtype, bool(in_peft)))
             return register(module, name, parameter)
+        def get_peft_model(*args, **kwargs):        # the LoRA factors: nn.Linear "weight"s that peft creates
+            in_peft.append(True)
+            try:
+                return get_peft_model.original(*args, **kwargs)
+            finally:
+                in_peft.pop()
+        get_peft_model.original, peft.get_peft_model = peft.get_peft_model, get_peft_model
         torch.nn.Module.register_parameter = spy
         spec, w = workload("native_torch", "gemma", "fit", 2, "bfloat16", "native-torch-eager")
-        torch.nn.Module.register_parameter = register
-        wrong = [name for name, dtype in created if dtype != torch.bfloat16 and "lora_" not in name]
+        torch.nn.Module.register_parameter, peft.get_peft_model = register, get_peft_model.original
+        wrong = [entry for entry in created if entry[2] != torch.bfloat16 and not entry[3]]
         assert created and not wrong, wrong
+        assert any(entry[3] for entry in created), "peft created the LoRA factors"
         assert isinstance(w.step(), float), "a native fit step reads its loss back, as train_on_batch does"
         spec, w = workload("native_torch", "bert", "predict", 4, "mixed_bfloat16", "native-torch-eager")
         assert refused(spec, w) is None, w.dtypes()
