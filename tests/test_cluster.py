@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO, SNAKEMAKE, snakemake
 from kbench import cell, launch, records
@@ -111,9 +112,16 @@ def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(images, 
     """The tiny BERT and SAM cells of two stacks (float32), each one SLURM job with one GPU; images built on the
     submit host (local rules) and loaded on the node from their archives where missing."""
     before = set(squeue_states())
+    # the JAX-against-NumPy job at a few small sizes: here it shows where the job runs; what it measures is the e2e
+    # podman run's
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump({"jax_numpy": {"suites": {"tiny": {
+        "steps": {"warmup": 1, "timed": 4, "blocks": 2}, "mlp_widths": [16, 32, 4],
+        "sizes": {"matmul": [64], "elementwise": [1000], "reduction": [64], "mlp": [8]}}}}}))
     # ship_images off: this one node has the images already, and archiving 9 GB of them costs CI minutes (the
     # archive path runs in the scancel test below and in test_a_node_without_the_image_loads_it...)
-    proc = snakemake(*SLURM, *TINY, "runtime=podman", f"results_dir={images}", "models=[bert,sam]",
+    proc = snakemake(*SLURM, "--configfile", str(overlay), *TINY, "runtime=podman", f"results_dir={images}",
+                     "models=[bert,sam]",
                      "frameworks=[keras3-jax,native-torch-eager]", "profiles=[strict]", "ship_images=False",
                      timeout=3000)
     jobs = [line for line in squeue_states() if line not in before]

@@ -46,11 +46,11 @@ FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-
 
 
 def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict",
-             equivalence=False):
-    """equivalence: the run's equivalence jobs too (CI runs them in one run only: each is a process per model and
-    column)."""
+             equivalence=False, jax_numpy=False):
+    """equivalence, jax_numpy: the run's equivalence jobs and its JAX-against-NumPy job too (CI runs each in one
+    run only: the other runs would repeat the same jobs in the same images)."""
     results = tmp_path_factory.mktemp(f"results-{runtime}")
-    overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence}}
+    overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence}, "jax_numpy": {"enabled": jax_numpy}}
     (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     extra = ["--configfile", str(results / "overlay.yaml")]
     proc = snakemake("--cores", "all", *extra, "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
@@ -62,7 +62,7 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
 
 @pytest.fixture(scope="module")
 def podman_run(tmp_path_factory):
-    return run_tiny("podman", tmp_path_factory, *RUNS["podman"], equivalence=True)
+    return run_tiny("podman", tmp_path_factory, *RUNS["podman"], equivalence=True, jax_numpy=True)
 
 
 @pytest.fixture(scope="module")
@@ -630,3 +630,25 @@ def run_in_venv(results, stack, *parts, timeout=600):
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "scripts")}, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
+
+
+def test_the_jax_numpy_job_times_both_sides_and_agrees(podman_run):
+    """The JAX-against-NumPy job of the podman run (the keras3-jax image, the tiny suite's sizes): every workload and
+    size timed on both sides with synced blocks, JAX's results within the float32 tolerance of NumPy's, and the
+    claim read per workload."""
+    from kbench import jax_numpy_tables
+    runtime, models, frameworks, tables_dir, results = podman_run
+    result = cell.read(results / "jax_numpy" / "tiny" / "result.json")
+    assert result.status == "ok", result.error
+    study = CONFIG["jax_numpy"]["suites"]["tiny"]
+    found = result.jax_numpy
+    assert found["device"]["platform"] == "cpu" and found["matmul_precision"] == "highest"
+    assert [(r["workload"], r["size"]) for r in found["rows"]] == [(w, s) for w, sizes in study["sizes"].items()
+                                                                   for s in sizes]
+    for r in found["rows"]:
+        assert r["status"] == "ok" and r["rel"] <= r["tolerance"], r
+        assert r["numpy"]["ms"] > 0 and r["jax"]["ms"] > 0 and r["jax"]["first_ms"] > 0
+        assert len(r["jax"]["block_ms"]) == study["steps"]["blocks"] and r["jax"]["low"] <= r["jax"]["ms"] <= r["jax"]["high"]
+    claims = pd.read_csv(results / "tables" / "tiny" / "jax_numpy_claim.csv")
+    assert len(claims) == len(study["sizes"])
+    assert set(claims.verdict) <= {jax_numpy_tables.HOLDS, jax_numpy_tables.FAILS, jax_numpy_tables.NOT_SHOWN}

@@ -1,16 +1,10 @@
 """JAX against NumPy (kbench.jax_numpy, kbench.jax_numpy_tables): the verdict on made-up timings, agreement that
-fails a wrong result, the config's checks; and (e2e) the job itself in the keras3-jax environment."""
-import copy
-import importlib.util
-import json
-import sys
-
+fails a wrong result, the config's checks (the job itself runs in the e2e podman run, tests/test_e2e.py)."""
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
-from conftest import CONFIG, REPO, snakemake
+from conftest import CONFIG, REPO
 from kbench import cell, config_check, jax_numpy, jax_numpy_tables as tables
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
@@ -124,42 +118,3 @@ def test_the_study_is_planned_where_its_column_runs(config):
     assert not jax_numpy.planned({**config, "frameworks": ["keras2"]}, "tiny")
     job = jax_numpy.job({**config, "accelerator": "cpu"}, "tiny")
     assert job["workloads"] == config["jax_numpy"]["suites"]["tiny"]["sizes"] and job["env"]["KERAS_BACKEND"] == "jax"
-
-
-# ---------------------------------------------------------------- the job itself
-
-SMALL = {"steps": {"warmup": 1, "timed": 4, "blocks": 2}, "mlp_widths": [16, 32, 4],
-         "sizes": {"matmul": [64], "elementwise": [1000], "reduction": [64], "mlp": [8]}}
-
-
-@pytest.mark.e2e
-def test_the_job_times_both_sides_and_agrees(tmp_path):
-    """The job at small sizes: on the host where the driver's venv has JAX, else through Snakemake in the keras3-jax
-    image (built from its lock on first use), like the other e2e runs."""
-    if importlib.util.find_spec("jax"):
-        job = jax_numpy.job({**copy.deepcopy(CONFIG), "accelerator": "cpu"}, "tiny")
-        job.update(workloads=SMALL["sizes"], steps=SMALL["steps"], mlp_widths=SMALL["mlp_widths"])
-        import os
-        os.environ.setdefault("KBENCH_LOCK_MODE", "warn")
-        result = jax_numpy.run(job, {})
-        if result.status != "ok" and "KBENCH_LOCK" in str(result.error):
-            pytest.skip("the driver's venv has JAX but no lock to check it against")
-    else:
-        overlay = {"jax_numpy": {"suites": {"tiny": SMALL}}, "equivalence": {"enabled": False}}
-        (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay))
-        proc = snakemake("--cores", "all", "--configfile", str(tmp_path / "overlay.yaml"), "--config", "suite=tiny",
-                         "accelerator=cpu", "runtime=podman", f"results_dir={tmp_path}", "frameworks=[keras3-jax]",
-                         "models=[bert]", str(tmp_path / "tables" / "tiny" / "jax_numpy_claim.csv"), timeout=3600)
-        assert proc.returncode == 0, proc.stdout[-5000:]
-        result = cell.read(tmp_path / "jax_numpy" / "tiny" / "result.json")
-        claims = pd.read_csv(tmp_path / "tables" / "tiny" / "jax_numpy_claim.csv")
-        assert set(claims.verdict) <= {tables.HOLDS, tables.FAILS, tables.NOT_SHOWN} and len(claims) == 4
-    assert result.status == "ok", result.error
-    found = result.jax_numpy
-    assert found["device"]["platform"] == "cpu" and found["matmul_precision"] == "highest"
-    assert [(r["workload"], r["size"]) for r in found["rows"]] == [(w, s) for w, sizes in SMALL["sizes"].items()
-                                                                   for s in sizes]
-    for r in found["rows"]:
-        assert r["status"] == "ok" and r["rel"] <= r["tolerance"], r
-        assert r["numpy"]["ms"] > 0 and r["jax"]["ms"] > 0 and r["jax"]["first_ms"] > 0
-        assert len(r["jax"]["block_ms"]) == 2 and r["jax"]["low"] <= r["jax"]["ms"] <= r["jax"]["high"]
