@@ -8,7 +8,6 @@ import hashlib
 import itertools
 import json
 import re
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO
-from kbench import bisect, cell, config_check, envs, images, launch, lockcheck, lockgroups
+from kbench import bisect, cell, config_check, envs, images, lockcheck, lockgroups
 
 CELL = "tiny/strict/synthetic/fit/bs4/float32/synthetic"
 NUMPY = lockcheck.pinned((REPO / "envs" / "synthetic.cpu.lock").read_text())["numpy"]
@@ -276,30 +275,3 @@ def test_an_image_build_reads_the_lock_it_is_given_from_a_context_of_its_own():
     argv = images.build_command("synthetic", "cpu", "sha256:base", 1735689600, Path("/cache"), "t",
                                 context=Path("/tmp/ctx"))
     assert argv[-1] == "/tmp/ctx"
-
-
-@pytest.mark.e2e
-def test_a_lock_given_to_the_image_build_makes_the_image_envs_makes(tmp_path):
-    """images.build_stack with a lock from elsewhere (a bisect step's) gives the same image ID as the same lock in
-    envs/: the step's image is the stack's image for that lock."""
-    probe = subprocess.run(["podman", "image", "inspect", "localhost/kbench/base:bookworm"], capture_output=True,
-                           env=launch.process_env("podman"))
-    if probe.returncode != 0:
-        pytest.skip("no localhost/kbench/base:bookworm image here (the workflow's base_image rule builds it)")
-    base = tmp_path / "base.json"
-    base.write_text(json.dumps(images.inspect("localhost/kbench/base:bookworm")))
-    elsewhere = tmp_path / "steps" / "old" / "synthetic.cpu.lock"
-    elsewhere.parent.mkdir(parents=True)
-    elsewhere.write_bytes((REPO / "envs" / "synthetic.cpu.lock").read_bytes())
-    cache, epoch = REPO / CONFIG["containers"]["uv_cache"], CONFIG["containers"]["source_date_epoch"]
-    tags = ["localhost/kbench-test/synthetic:from-envs", "localhost/kbench-test/synthetic:from-elsewhere"]
-    try:
-        from_envs = images.build_stack("synthetic", "cpu", base, epoch, cache, tmp_path / "a.json", tag=tags[0])
-        from_elsewhere = images.build_stack("synthetic", "cpu", base, epoch, cache, tmp_path / "b.json", tag=tags[1],
-                                            lock=elsewhere)
-    finally:
-        for tag in tags:
-            subprocess.run(["podman", "rmi", "--force", tag], env=launch.process_env("podman"), capture_output=True)
-    assert from_elsewhere["id"] == from_envs["id"]
-    assert from_envs["lock"] == "envs/synthetic.cpu.lock" and from_elsewhere["lock"] == str(elsewhere)
-    assert from_elsewhere["lock_sha256"] == from_envs["lock_sha256"]

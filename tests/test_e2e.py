@@ -493,6 +493,29 @@ def test_a_stack_built_alone_and_beside_another_gets_the_same_image_id(podman_ru
             subprocess.run(["podman", "rmi", "--force", tag], env=launch.process_env("podman"), capture_output=True)
 
 
+def test_a_lock_given_to_the_image_build_makes_the_image_envs_makes(podman_run, tmp_path):
+    """images.build_stack with a lock from elsewhere (a bisect step's) gives the same image ID as the same lock in
+    envs/: the step's image is the stack's image for that lock (on the podman run's base image)."""
+    from kbench import images
+    runtime, models, frameworks, tables, results = podman_run
+    base = results / "images" / "base.json"
+    elsewhere = tmp_path / "steps" / "old" / "synthetic.cpu.lock"
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_bytes((REPO / "envs" / "synthetic.cpu.lock").read_bytes())
+    cache, epoch = REPO / CONFIG["containers"]["uv_cache"], CONFIG["containers"]["source_date_epoch"]
+    tags = ["localhost/kbench-test/synthetic:from-envs", "localhost/kbench-test/synthetic:from-elsewhere"]
+    try:
+        from_envs = images.build_stack("synthetic", "cpu", base, epoch, cache, tmp_path / "a.json", tag=tags[0])
+        from_elsewhere = images.build_stack("synthetic", "cpu", base, epoch, cache, tmp_path / "b.json", tag=tags[1],
+                                            lock=elsewhere)
+    finally:
+        for tag in tags:
+            subprocess.run(["podman", "rmi", "--force", tag], env=launch.process_env("podman"), capture_output=True)
+    assert from_elsewhere["id"] == from_envs["id"]
+    assert from_envs["lock"] == "envs/synthetic.cpu.lock" and from_elsewhere["lock"] == str(elsewhere)
+    assert from_elsewhere["lock_sha256"] == from_envs["lock_sha256"]
+
+
 def equivalence_rows(results) -> pd.DataFrame:
     return pd.read_csv(results / "tables" / "tiny" / "strict" / "equivalence_long.csv")
 

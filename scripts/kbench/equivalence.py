@@ -111,12 +111,10 @@ def _files() -> dict:
 def run(job: dict, context: dict) -> tuple[cell.CellResult, dict[str, np.ndarray]]:
     """The job: every cell spec of the model in this column; returns its record and, for the reference column,
     the arrays of the reference (weights, outputs, losses)."""
-    os.environ.update(job["env"])
     from kbench import adapters, runner
-    provenance = {**context, "started_utc": cell.utc_now(), "environment_variables": runner.measurement_environment()}
     arrays, own, report = {}, {}, {"reference": job["reference"] is None, "results": []}
-    try:
-        provenance["lock_check"] = runner.check_lock()
+
+    def check(provenance):
         adapter = adapters.load(job["framework_def"]["adapter"])
         backend = adapter.backend()
         provenance.update(backend=backend.name, device=backend.device()["name"], packages=backend.package_versions())
@@ -129,13 +127,8 @@ def run(job: dict, context: dict) -> tuple[cell.CellResult, dict[str, np.ndarray
                 report["results"].append({"task": spec["task"], "precision": spec["precision"],
                                           "error": f"{kind}: {type(exc).__name__}: {str(exc)[:500]}",
                                           "detail": traceback.format_exc()[-3000:]})
-    except Exception as exc:       # the job reports its failure instead of taking the run down
-        result = cell.new_result(job, provenance, "failed",
-                                 cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
-    else:
-        result = cell.new_result(job, provenance, "ok")
+    result = runner.job_run(job, context, check)
     result.equivalence = report
-    result.provenance["finished_utc"] = cell.utc_now()
     return result, arrays
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -180,12 +179,10 @@ def numpy_blas() -> str | None:
 
 
 def run(job: dict, context: dict) -> cell.CellResult:
-    os.environ.update(job["env"])
     from kbench import runner
-    provenance = {**context, "started_utc": cell.utc_now(), "environment_variables": runner.measurement_environment()}
     findings = {"rows": [], "host_cpus": os.cpu_count()}
-    try:
-        provenance["lock_check"] = runner.check_lock()
+
+    def study(provenance):
         import jax
         import jax.numpy as jnp
         jax.config.update("jax_default_matmul_precision", "highest")     # float32 products, never TF32
@@ -213,13 +210,8 @@ def run(job: dict, context: dict) -> cell.CellResult:
                     findings["rows"].append({"workload": workload, "size": size, "status": "failed",
                                              "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
                 print(_line(findings["rows"][-1]), flush=True)
-    except Exception as exc:       # the job reports its failure instead of taking the run down
-        result = cell.new_result(job, provenance, "failed",
-                                 cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
-    else:
-        result = cell.new_result(job, provenance, "ok")
+    result = runner.job_run(job, context, study)
     result.jax_numpy = findings
-    result.provenance["finished_utc"] = cell.utc_now()
     return result
 
 

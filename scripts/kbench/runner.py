@@ -258,6 +258,24 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux reports KiB
 
 
+def job_run(job: dict, context: dict, body) -> cell.CellResult:
+    """A job that is not a cell (the equivalence check, JAX against NumPy): its environment checked against its lock,
+    then body(provenance), which fills in what it found; the record is ok, or failed with the exception that stopped
+    body (the job reports its failure instead of taking the run down)."""
+    os.environ.update(job["env"])
+    provenance = {**context, "started_utc": cell.utc_now(), "environment_variables": measurement_environment()}
+    try:
+        provenance["lock_check"] = check_lock()
+        body(provenance)
+    except Exception as exc:
+        result = cell.new_result(job, provenance, "failed",
+                                 cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
+    else:
+        result = cell.new_result(job, provenance, "ok")
+    result.provenance["finished_utc"] = cell.utc_now()
+    return result
+
+
 def job_main(job, doc: str, argv=None) -> int:
     """A job process's entry (python -m <module> --out R < payload, as kbench.launch starts it): job(spec, context)
     -> its CellResult, written to R."""
