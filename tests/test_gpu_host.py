@@ -54,7 +54,8 @@ def utc(text: str) -> datetime.datetime:
 def test_a_host_with_four_gpus_runs_four_cells_at_once_each_on_its_own_gpu_and_a_fifth_waits(tmp_path):
     env = fake_gpu_host(tmp_path)
     options = gpu_workflow(tmp_path, columns=5, build_s=6)
-    proc = snakemake("--cores", "4", *options, cwd=tmp_path, env=env)
+    # five cores: Snakemake may start all five cells at once (a core each); the fifth must wait on the GPU lease
+    proc = snakemake("--cores", "5", *options, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:]
     results = [cell.read(p) for p in sorted((tmp_path / "results/cells").rglob("*.r1.json"))]
     assert len(results) == 5 and all(r.status == "ok" for r in results), [r.error for r in results]

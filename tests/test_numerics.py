@@ -1,5 +1,7 @@
 """The float32 probe's classifier on products computed in lower precision (inputs rounded as a TF32 or bfloat16 unit
 rounds them), and a cell whose probe says TF32 although TF32 was switched off."""
+import types
+
 import numpy as np
 import pytest
 
@@ -59,3 +61,29 @@ def test_a_cell_that_asked_for_tf32_on_a_gpu_and_got_fp32_is_refused():
         numerics.check(fp32, "on", "float32", "gpu")
     numerics.check(fp32, "on", "float32", "cpu")          # a CPU has no TF32: the anchor's "on" cells run there
     numerics.check(numerics.probe(lambda a, b: product(10)), "on", "float32", "gpu")
+
+
+@pytest.mark.parametrize("compute", ["float32", "bfloat16", "float16"])
+def test_the_framework_switches_are_set_for_the_cells_compute_dtype(compute):
+    """The runner hands the backend the cell's compute dtype with its tf32 mode: JAX's default matmul precision is
+    for float32-compute cells only (kbench.adapters._hooks), which the backend can tell only from this argument."""
+    from kbench import runner
+    seen = []
+    backend = types.SimpleNamespace(set_tf32=lambda mode, compute_dtype: seen.append((mode, compute_dtype)) or {},
+                                    matmul=lambda a, b: a @ b)
+    spec = {"settings": {"tf32": "off"}, "dtypes": {"weights": "float32", "compute": compute}}
+    found = runner.set_and_probe_numerics(spec, backend)
+    assert seen == [("off", compute)] and found["tf32"] == "off"
+
+
+@pytest.mark.parametrize("output, where", [
+    (0.25, "host"), (np.float32(0.25), "host"), ({"loss": 0.25, "acc": 1.0}, "host"), (np.ones(3), "host"),
+    (types.SimpleNamespace(), "device"), ({"loss": 0.25, "logits": types.SimpleNamespace()}, "device"),
+    ((0.25, types.SimpleNamespace()), "device"),
+])
+def test_a_step_that_read_its_result_back_is_told_from_one_that_left_it_on_the_device(output, where):
+    """evidence.step_returns: the same host work per fit step in every column (a loss read back, as
+    train_on_batch does) is checked from what each step returned: a framework array (here any other object) is
+    'device'."""
+    from kbench import runner
+    assert runner.step_returns(output) == where

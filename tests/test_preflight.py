@@ -4,6 +4,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO, snakemake
 from kbench import cuda, launch, preflight
@@ -158,11 +159,14 @@ def preflight_env():
                                             ("0.8.0", "")])
 def test_the_preflights_verdict_is_what_the_real_podman_does_with_the_spec(env_image, version, extra):
     """The installed podman against a fake CDI spec in /var/run/cdi (kind example.com/gpu, one device whose only
-    edit is an environment variable): the preflight must call it readable exactly when podman resolves it."""
+    edits are an environment variable and /dev/null): the preflight must call it readable exactly when podman
+    resolves it."""
     import subprocess
     import uuid
     text = spec_text(version, extra).replace("nvidia.com/gpu", "example.com/gpu").replace(
-        "    deviceNodes:\n    - path: /dev/nvidia0\n", "    env: [KBENCH_CDI_SEEN=yes]\n")
+        "    deviceNodes:\n    - path: /dev/nvidia0\n",
+        "    env: [KBENCH_CDI_SEEN=yes]\n    deviceNodes:\n    - path: /dev/null\n")   # additionalGids sits under it
+    yaml.safe_load(text)        # well-formed: podman's verdict is on the version and fields, not on a YAML error
     spec = Path("/var/run/cdi") / f"kbench-test-{uuid.uuid4().hex[:8]}.yaml"
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(text)

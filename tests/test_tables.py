@@ -333,3 +333,36 @@ def test_half_precision_is_also_measured_against_tf32_where_it_ran(config):
     assert (row["fp32 / fp16 x"], row["tf32 / fp16 x"]) == (4.0, 1.33)
     assert "fp32 / tf32 x" in table.columns and "tf32 / fp32 x" not in table.columns
     assert row["claim against"] == "fp32"
+
+
+@pytest.mark.parametrize("before, in_window, device, jit, flag", [
+    ({"graphs": 1, "graph_breaks": 0, "unsupported": 0, "cudagraph_skips": 0}, {"graphs": 2}, "cpu", True,
+     "compiled 2x inside the timed window"),
+    ({"graphs": 3, "graph_breaks": 2, "unsupported": 1, "cudagraph_skips": 0}, {"graphs": 0}, "cpu", True,
+     "3 graph breaks"),
+    ({"graphs": 1, "graph_breaks": 0, "unsupported": 0, "cudagraph_skips": 1}, {"graphs": 0}, "NVIDIA H100", True,
+     "CUDA graphs skipped"),
+    ({"graphs": 1, "graph_breaks": 0, "unsupported": 0, "cudagraph_skips": 1}, {"graphs": 0}, "cpu", True, ""),
+    ({"graphs": 0, "graph_breaks": 4, "unsupported": 0, "cudagraph_skips": 0}, {"graphs": 0}, "cpu", False, ""),
+    ({"xla_compiles": 5}, {"xla_compiles": 1}, "cpu", True, "compiled 1x inside the timed window"),
+])
+def test_what_a_compiled_cell_really_did_flags_its_number(config, before, in_window, device, jit, flag):
+    """The framework's own counters around the window (evidence.compiles): a compile inside the timed window, graph
+    breaks in a compiled cell, CUDA graphs skipped on a GPU each flag the number (a dagger and the flags column);
+    an eager cell's breaks and a CPU's absent CUDA graphs do not."""
+    found = result(config, "bert", "fit", 32, "keras3-jax", 10.0, device=device)
+    found.evidence = {"jit_compile": jit, "compiles": {"before_window": before, "in_window": in_window}}
+    row = summary([found]).iloc[0]
+    assert row.cell_flags == flag
+    assert row.text.endswith(tables.FLAGGED) == bool(flag)
+    readable = tables.ms_per_step_table(summary([found]), ["keras3-jax"], readable=True)
+    assert readable.iloc[0][tables.FLAGS] == (f"keras3-jax: {flag}" if flag else "")
+
+
+def test_the_memory_table_names_what_each_framework_counts(config):
+    """Each column's allocator peak means something else (JAX's whole-process peak, build included, against torch's
+    since its reset): the memory table says which, from the cell's record."""
+    found = result(config, "bert", "fit", 32, "keras3-jax", 10.0)
+    found.provenance["memory_view"] = "jax peak_bytes_in_use: the whole process's peak, model build included"
+    row = tables.memory_table(summary([found])).iloc[0]
+    assert row["what the framework counts"] == found.provenance["memory_view"]
