@@ -43,3 +43,35 @@ def test_builds_on_one_host_run_one_at_a_time(tmp_path):
         w.join()
     spans.sort()
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+def test_a_stack_build_holds_the_hosts_build_lock_and_refuses_a_leaked_intermediate(monkeypatch, tmp_path):
+    """build_stack itself (podman faked): the build runs while the host-wide build lock is held, and an image whose
+    history names another build's `-tmp` intermediate fails the build instead of getting a record."""
+    lock = tmp_path / "build.lock"
+    host_lock = images.one_build_at_a_time
+    monkeypatch.setattr(images, "one_build_at_a_time", lambda: host_lock(lock))
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"id": "sha256:" + "b" * 64}))
+    held, history = [], ["FROM localhost/kbench/base:bookworm"]
+
+    def podman(*args, capture=False):
+        if args[0] == "build":
+            import fcntl
+            with open(lock) as probe:          # taken by someone: a non-blocking flock from here fails
+                try:
+                    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held.append(False)
+                except BlockingIOError:
+                    held.append(True)
+            return ""
+        if args[:2] == ("image", "inspect") and "{{json .History}}" in args:
+            return json.dumps([{"comment": c} for c in history])
+        return json.dumps([{"Id": "c" * 64, "Digest": None, "Size": 1}])
+    monkeypatch.setattr(images, "podman", podman)
+    info = images.build_stack("synthetic", "cpu", base, 0, tmp_path / "uv", tmp_path / "synthetic.json")
+    assert held == [True] and info["id"] == "sha256:" + "c" * 64 and (tmp_path / "synthetic.json").exists()
+    history.append("FROM docker.io/library/0f3e2d1c-tmp:latest")
+    with pytest.raises(images.UnreproducibleImage):
+        images.build_stack("synthetic", "cpu", base, 0, tmp_path / "uv", tmp_path / "again.json")
+    assert not (tmp_path / "again.json").exists()

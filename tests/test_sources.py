@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import REPO
 from kbench import sources
 
 from test_launch import driver_environment, run, synthetic_spec  # noqa: F401  (fixture)
@@ -48,3 +49,13 @@ def test_a_real_cell_process_imports_nothing_outside_its_derived_sources(tmp_pat
     ran = result.provenance["kbench_modules"]
     assert "kbench.runner" in ran and "kbench.adapters.synthetic" in ran
     assert set(ran) <= set(sources.cell_modules("synthetic")), json.dumps(ran)
+
+
+@pytest.mark.parametrize("adapter", sorted(p.stem for p in (REPO / "scripts/kbench/adapters").glob("[a-z]*.py")))
+def test_the_cell_rules_code_inputs_are_the_files_of_every_module_the_cell_runs(adapter):
+    """rule cell's harness input (sources.cell_sources) names exactly the files of sources.cell_modules, which the
+    e2e cells' recorded imports are checked against: a module the cell runs but the rule does not watch would let an
+    edit to it leave old cells standing."""
+    files = sorted(str(sources._path(m).relative_to(REPO)) for m in sources.cell_modules(adapter))
+    assert sorted(sources.cell_sources(adapter)) == files
+    assert {"scripts/kbench/numerics.py", "scripts/kbench/timing.py", "scripts/kbench/lockcheck.py"} <= set(files)

@@ -366,3 +366,20 @@ def test_the_memory_table_names_what_each_framework_counts(config):
     found.provenance["memory_view"] = "jax peak_bytes_in_use: the whole process's peak, model build included"
     row = tables.memory_table(summary([found])).iloc[0]
     assert row["what the framework counts"] == found.provenance["memory_view"]
+
+
+def test_the_tables_welch_verdicts_carry_benjamini_hochberg_q_over_every_test_of_the_table(config):
+    """q is each Welch p-value adjusted with all the table's others (scipy's false_discovery_control, BH): a p that
+    alone is under 0.05 can read 'not shown to differ' once the table's other tests are counted."""
+    from scipy import stats as scipy_stats
+    def repeats(framework, means, task="fit", batch=32):
+        return [result(config, "bert", task, batch, framework, ms, repeat=i + 1) for i, ms in enumerate(means)]
+    cells = (repeats("keras3-jax", [10, 11, 12]) + repeats("keras3-tensorflow", [10.5, 11.5, 12.5])
+             + repeats("keras3-torch", [12.5, 13.5, 14.5]))
+    table = tables.speedup_table(summary(cells), FRAMEWORKS, FRAMEWORKS).loc[("bert", "fit", 32, "float32")]
+    p = [scipy_stats.ttest_ind([10, 11, 12], other, equal_var=False).pvalue
+         for other in ([10.5, 11.5, 12.5], [12.5, 13.5, 14.5])]
+    q = scipy_stats.false_discovery_control(p, method="bh")
+    assert p[1] < 0.05 < q[1]                    # alone the torch column would read slower; with the table's test not
+    assert table["vs keras3-torch Welch"] == f"not shown to differ (q={q[1]:.3f})"
+    assert table["vs keras3-tensorflow Welch"] == f"not shown to differ (q={q[0]:.3f})"
