@@ -1,4 +1,5 @@
 import copy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +34,23 @@ def snakemake(*args, cwd=REPO, timeout=1800, env=None, equivalence=False):
         args += ["--configfile", str(NO_EQUIVALENCE)]
     return subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *args], cwd=cwd, text=True, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def podman_base(tmp_path_factory) -> Path:
+    """The base image, built once per test session by the workflow's own rule (mmdebstrap and podman import, about
+    a minute); every podman run here starts its results folder with that record (seed_base), as Snakemake finds a
+    finished output, instead of building the same base again."""
+    results = tmp_path_factory.mktemp("base")
+    proc = snakemake(str(results / "images" / "base.json"), "--cores", "1", "--config", "suite=tiny",
+                     "accelerator=cpu", "runtime=podman", f"results_dir={results}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return results / "images"
+
+
+def seed_base(base_images: Path, results: Path) -> None:
+    """A results folder that holds the session's base record (and its history), times kept."""
+    (results / "images").mkdir(parents=True, exist_ok=True)
+    for name in ("base.json", "base.history.json"):
+        if (base_images / name).exists():
+            shutil.copy2(base_images / name, results / "images" / name)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE, snakemake
+from conftest import REPO, SNAKEMAKE, seed_base, snakemake
 from kbench import cell, launch, records
 from test_faults import cell_of, fault_workflow, podman_containers, record
 
@@ -44,9 +44,10 @@ TINY = ["--config", "suite=tiny", "accelerator=cpu", "precisions=[float32]"]
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
+def images(tmp_path_factory, podman_base):
     """A results folder whose keras3-jax and native-torch images are built (podman), shared by this module's runs."""
     results = tmp_path_factory.mktemp("cluster-results")
+    seed_base(podman_base, results)
     targets = [str(results / "images" / f"{stack}.cpu.json") for stack in ("keras3-jax", "native-torch")]
     proc = snakemake(*targets, "--cores", "all", *TINY, "runtime=podman", f"results_dir={results}")
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -73,11 +74,12 @@ def test_docker_runs_tiny_cells_in_the_image_podman_built(images):
         assert log.split()[-6] == podman_record["id"]                 # started by image ID, not by tag
 
 
-def test_a_node_without_the_image_loads_it_from_the_shipped_archive(tmp_path):
+def test_a_node_without_the_image_loads_it_from_the_shipped_archive(tmp_path, podman_base):
     """ship_images: the cell job finds no image in its node's storage (removed here) and loads the OCI archive the
     submit host wrote; the loaded image has the recorded ID and the cell runs in it."""
     options = fault_workflow(tmp_path, {"ok": {}})
     options += ["--config", "runtime=podman", "ship_images=True"]
+    seed_base(podman_base, tmp_path / "results")
     image_record = tmp_path / "results/images/synthetic.cpu.json"
     # the submit host builds the image and its archive; the node (here the same machine) then lacks the image
     built = snakemake("results/images/synthetic.cpu.json", "results/images/synthetic.cpu.oci.tar", *options,
@@ -147,11 +149,12 @@ def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(images, 
 
 
 @slurm_up()
-def test_scancel_of_a_running_cell_job_removes_its_container_and_the_cell_is_redone(tmp_path):
+def test_scancel_of_a_running_cell_job_removes_its_container_and_the_cell_is_redone(tmp_path, podman_base):
     """A cell that builds for 40 s is cancelled while it runs: SLURM signals the job's processes, the launcher
     removes the container (whose processes SLURM does not track), the run reports the job failed, and a rerun redoes
     the cell."""
     options = fault_workflow(tmp_path, {"slow": {"KBENCH_SYNTHETIC_BUILD_S": "40"}}, timeout_minutes=5)
+    seed_base(podman_base, tmp_path / "results")
     target = str(cell_of(tmp_path, "slow").relative_to(tmp_path))     # the fit cell alone
     options = [target, *options, "--config", "runtime=podman"]
     driver = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *SLURM, *options],

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import CONFIG, REPO, snakemake
+from conftest import CONFIG, REPO, seed_base, snakemake
 from kbench import cell, envs, launch, matrix, records, sources
 
 pytestmark = pytest.mark.e2e
@@ -46,10 +46,13 @@ FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-
 
 
 def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict",
-             equivalence=False, jax_numpy=False):
+             equivalence=False, jax_numpy=False, base=None):
     """equivalence, jax_numpy: the run's equivalence jobs and its JAX-against-NumPy job too (CI runs each in one
-    run only: the other runs would repeat the same jobs in the same images)."""
+    run only: the other runs would repeat the same jobs in the same images). base: the session's base image record
+    (conftest.podman_base) for a podman run."""
     results = tmp_path_factory.mktemp(f"results-{runtime}")
+    if base:
+        seed_base(base, results)
     overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence}, "jax_numpy": {"enabled": jax_numpy}}
     (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     extra = ["--configfile", str(results / "overlay.yaml")]
@@ -61,8 +64,8 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
 
 
 @pytest.fixture(scope="module")
-def podman_run(tmp_path_factory):
-    return run_tiny("podman", tmp_path_factory, *RUNS["podman"], equivalence=True, jax_numpy=True)
+def podman_run(tmp_path_factory, podman_base):
+    return run_tiny("podman", tmp_path_factory, *RUNS["podman"], equivalence=True, jax_numpy=True, base=podman_base)
 
 
 @pytest.fixture(scope="module")
@@ -78,19 +81,20 @@ def paddle_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def precision_run(tmp_path_factory):
+def precision_run(tmp_path_factory, podman_base):
     """The mixed-precision study's ResNet-50 fit: every framework x precision, each in its podman image, in the
     anchor profile (its settings are checked against the cells' evidence too)."""
-    return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED, profile="anchor")
+    return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED, profile="anchor",
+                    base=podman_base)
 
 
 @pytest.fixture(scope="module")
-def families_run(tmp_path_factory):
+def families_run(tmp_path_factory, podman_base):
     """The LLM and diffusion families in the anchor profile: the native compiled column at the anchor's compile
     sites (generate: torch.compile(model), SD predict: the whole step, SD fit: the whole train step; LoRA fit
     compiled), Keras 3 on torch uncompiled, bf16 LoRA adapters natively."""
     return run_tiny("podman", tmp_path_factory, *FAMILIES, precisions=["float32", "bfloat16"],
-                    overlay=FAMILIES_CONFIG, profile="anchor")
+                    overlay=FAMILIES_CONFIG, profile="anchor", base=podman_base)
 
 
 @pytest.fixture(params=list(RUNS))

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import CONFIG, REPO, SNAKEMAKE, snakemake
+from conftest import CONFIG, REPO, SNAKEMAKE, seed_base, snakemake
 from kbench import launch
 from test_launch import left_behind
 
@@ -153,11 +153,12 @@ def podman_containers(folder: Path) -> list[str]:
 
 
 @pytest.mark.e2e
-def test_container_faults_end_in_decoded_records_and_leave_no_container(tmp_path):
+def test_container_faults_end_in_decoded_records_and_leave_no_container(tmp_path, podman_base):
     """The same faults in podman, with a memory limit the "oom" column runs into: every container is removed."""
     columns = {"ok": {}, "oom": {"KBENCH_SYNTHETIC_FAULT": "oom"}, "segv": {"KBENCH_SYNTHETIC_FAULT": "segv"},
                "hang-child": {"KBENCH_SYNTHETIC_FAULT": "hang-child"}}
     options = fault_workflow(tmp_path, columns)
+    seed_base(podman_base, tmp_path / "results")
     (tmp_path / "limits.yaml").write_text("runtime: podman\ncontainers: {limits: {memory_mb: 256}}\n")
     proc = snakemake(*options, str(tmp_path / "limits.yaml"), "--cores", "all", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
