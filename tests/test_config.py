@@ -78,6 +78,10 @@ BAD = [
     ("n/a for an unknown model", lambda c: c["not_applicable"].append(
         {"framework": "keras3-jax", "model": "llama", "task": "*", "reason": "x"}),
      "config key not_applicable[8].model: 'llama' is not defined"),
+    ("n/a for a precision the model lacks", lambda c: c["not_applicable"].append(
+        {"framework": "keras3-jax", "model": "resnet50", "task": "fit", "precision": "bfloat16", "reason": "x"}),
+     "config key not_applicable[8].precision: 'bfloat16' is not defined; allowed: float32, mixed_bfloat16, "
+     "mixed_float16, tf32"),
     ("claim for a task the model lacks", lambda c: c["precision_study"]["claims"].append(
         {"model": "resnet50", "task": "predict", "speedup": 2, "quote": "x"}),
      "config key precision_study.claims[2].task: 'predict' is not defined; allowed: fit"),

@@ -80,12 +80,22 @@ def paddle_run(tmp_path_factory):
     return run_tiny("host", tmp_path_factory, ["resnet50", "stable_diffusion"], PADDLE, ["float32", "mixed_float16"])
 
 
+# The precision run without the torch columns' ResNet-50 fit in mixed_float16: on a CPU torch emulates float16
+# convolutions, about 15 s a step at any batch size (native compiled 459 s, eager 354 s, Keras on torch 284 s for
+# one tiny cell), and GradScaler skips the first steps, so fewer steps would not show a fit learning. The torch
+# float16 path (autocast, GradScaler) runs in test_native_adapter_builds_in_place_and_its_autocast_is_observed.
+TORCH_COLUMNS = [f for f in ALL_FRAMEWORKS if BACKENDS[f] == "torch"]
+PRECISION_CONFIG = {"not_applicable": CONFIG["not_applicable"] + [
+    {"framework": f, "model": "resnet50", "task": "fit", "precision": "mixed_float16",
+     "reason": "not run in CI: torch emulates float16 convolutions on a CPU"} for f in TORCH_COLUMNS]}
+
+
 @pytest.fixture(scope="module")
 def precision_run(tmp_path_factory, podman_base):
     """The mixed-precision study's ResNet-50 fit: every framework x precision, each in its podman image, in the
     anchor profile (its settings are checked against the cells' evidence too)."""
-    return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED, profile="anchor",
-                    base=podman_base)
+    return run_tiny("podman", tmp_path_factory, ["resnet50"], ALL_FRAMEWORKS, MIXED, overlay=PRECISION_CONFIG,
+                    profile="anchor", base=podman_base)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +118,9 @@ def any_run(request):
 
 
 def cells(results) -> list[cell.CellResult]:
-    return [cell.read(path) for path in sorted((results / "cells").rglob("*.json"))]
+    """The records of the cells that ran (a configured n/a has a record too, and never ran)."""
+    found = [cell.read(path) for path in sorted((results / "cells").rglob("*.json"))]
+    return [r for r in found if (r.error or {}).get("type") != "NotApplicable"]
 
 
 def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
@@ -261,9 +273,11 @@ def test_exported_oci_archive_carries_the_recorded_image(podman_run):
 
 def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_run):
     runtime, models, frameworks, tables, results = precision_run
-    table = pd.read_csv(tables / "precision.csv")
-    assert table.framework.tolist() == ALL_FRAMEWORKS and list(table.columns[-3:]) == MIXED
-    assert table[MIXED].apply(lambda column: column.str.contains(" ± ")).all().all()   # "failed: ..." has none
+    table = pd.read_csv(tables / "precision.csv").set_index("framework")
+    assert table.index.tolist() == ALL_FRAMEWORKS and list(table.columns[-3:]) == MIXED
+    timed = table[MIXED].apply(lambda column: column.str.contains(" ± "))        # "failed: ..." has none
+    assert timed.drop(columns="mixed_float16").all().all() and timed.mixed_float16.drop(TORCH_COLUMNS).all()
+    assert table.loc[TORCH_COLUMNS, "mixed_float16"].str.startswith("n/a: not run in CI").all()
     for result in cells(results):
         spec, losses = result.spec, result.loss
         assert result.status == "ok", (result.cell_id, result.error)
@@ -272,7 +286,9 @@ def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_
     speedup = pd.read_csv(tables / "precision_speedup.csv")
     assert list(speedup.columns[-7:]) == ["fp32 / fp16 x", "fp32 / fp16 verdict", "fp32 / bf16 x",
                                           "fp32 / bf16 verdict", "claimed x", "claim against", "claim"]
-    assert (speedup[["fp32 / fp16 x", "fp32 / bf16 x"]] > 0).all().all() and (speedup["claimed x"] == 1.5).all()
+    speedup = speedup.set_index("framework")
+    assert (speedup["fp32 / bf16 x"] > 0).all() and (speedup["claimed x"] == 1.5).all()
+    assert (speedup["fp32 / fp16 x"].drop(TORCH_COLUMNS) > 0).all()
 
 
 @pytest.mark.parametrize("framework", ["native-torch-eager", "keras2", "keras3-jax"])
@@ -395,7 +411,7 @@ def run_in_image(results, stack, *parts, timeout=600):
 
 
 ADAPTER_GUARDS = """
-    import contextlib, json
+    import contextlib, json, math
     from kbench import adapters, matrix, runner
     config = json.loads(CONFIG_JSON)
 
@@ -442,6 +458,11 @@ def test_native_adapter_builds_in_place_and_its_autocast_is_observed(podman_run)
         assert created and not wrong, wrong
         assert any(entry[3] for entry in created), "peft created the LoRA factors"
         assert isinstance(w.step(), float), "a native fit step reads its loss back, as train_on_batch does"
+        # float16 training: autocast and GradScaler (scale, unscale, a skipped step on overflow, update)
+        spec, w = workload("native_torch", "bert", "fit", 4, "mixed_float16", "native-torch-eager")
+        losses = [w.step() for _ in range(6)]
+        assert refused(spec, w) is None and w.dtypes() == {"weights": "float32", "compute": "float16"}, w.dtypes()
+        assert all(math.isfinite(loss) for loss in losses) and min(losses[1:]) < losses[0], losses
         spec, w = workload("native_torch", "bert", "predict", 4, "mixed_bfloat16", "native-torch-eager")
         assert refused(spec, w) is None, w.dtypes()
         native_torch._autocast = lambda spec, device: contextlib.nullcontext

@@ -74,6 +74,14 @@ def test_not_applicable_cells_are_listed_with_their_reason(config):
         ("gemma", "generate", 32, "keras3-torch", "no"), ("gemma", "generate", 1, "keras3-torch", "no")]
 
 
+def test_a_not_applicable_rule_with_a_precision_takes_that_precision_only(config):
+    config["not_applicable"] = [{"framework": "keras3-torch", "model": "resnet50", "task": "fit",
+                                 "precision": "mixed_float16", "reason": "no"}]
+    found = {c.precision: c.not_applicable for c in matrix.cells(config)
+             if c.model == "resnet50" and c.framework == "keras3-torch"}
+    assert found == {"float32": None, "tf32": None, "mixed_float16": "no", "mixed_bfloat16": None}
+
+
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
     assert spec["size"] == "tiny" and spec["steps"] == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],

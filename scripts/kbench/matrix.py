@@ -81,6 +81,8 @@ def check_references(config: dict, repo: Path = REPO) -> None:
         if not any(fnmatch(task, rule["task"]) for task in tasks):
             raise ConfigError(f"config key not_applicable[{i}].task: {rule['task']!r} matches no task of "
                               f"{rule['model']}; allowed: {', '.join(tasks)} or a pattern such as '*'")
+        if "precision" in rule:
+            _require(rule["precision"], models[rule["model"]]["precisions"], f"not_applicable[{i}].precision")
     for i, claim in enumerate(config["precision_study"]["claims"]):
         _require(claim.get("baseline", config["precision_study"]["baseline"]), precision.PRECISIONS,
                  f"precision_study.claims[{i}].baseline")
@@ -125,7 +127,8 @@ def not_applicable_reason(config: dict, model: str, task: str, framework: str,
     if gpu_only and config["accelerator"] == "cpu":
         return gpu_only
     for rule in config["not_applicable"]:
-        if rule["framework"] == framework and rule["model"] == model and fnmatch(task, rule["task"]):
+        if (rule["framework"] == framework and rule["model"] == model and fnmatch(task, rule["task"])
+                and rule.get("precision", precision_name) == precision_name):
             return rule["reason"]
     return None
 
