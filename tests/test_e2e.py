@@ -45,6 +45,9 @@ FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-
                      "keras3": ("keras", "3.15.1"), "paddle": ("paddlepaddle", "3.3.1")}
 
 
+SIDE_BY_SIDE = [f"{rule}=1" for rule in ("cell", "equivalence", "equivalence_reference", "jax_numpy")]
+
+
 def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict",
              equivalence=False, jax_numpy=False, base=None):
     """equivalence, jax_numpy: the run's equivalence jobs and its JAX-against-NumPy job too (CI runs each in one
@@ -55,7 +58,9 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
         seed_base(base, results)
     overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence}, "jax_numpy": {"enabled": jax_numpy}}
     (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
-    extra = ["--configfile", str(results / "overlay.yaml")]
+    # Two processes at a time on CI's two cores (the default gives a CPU cell every core): a cell's start-up, model
+    # build and compilation are mostly one thread, so two overlap; CI checks the pipeline, not the numbers.
+    extra = ["--configfile", str(results / "overlay.yaml"), "--set-threads", *SIDE_BY_SIDE]
     proc = snakemake("--cores", "all", *extra, "--config", "suite=tiny", "accelerator=cpu", f"runtime={runtime}",
                      f"results_dir={results}", f"models=[{','.join(models)}]", f"frameworks=[{','.join(frameworks)}]",
                      f"precisions=[{','.join(precisions)}]", f"profiles=[{profile}]", timeout=3600)
