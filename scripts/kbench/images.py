@@ -18,8 +18,6 @@ cells depend on (and what their JSON names).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -42,16 +40,10 @@ class UnreproducibleImage(RuntimeError):
     """An image whose history names another build's temporary intermediate: its ID depends on scheduling."""
 
 
-@contextlib.contextmanager
 def one_build_at_a_time(lock: Path = BUILD_LOCK):
     """Every podman build and import on this host, one after the other (whatever Snakemake runs in parallel, and
     whichever Snakemake process asks)."""
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return launch.file_lock(lock)
 
 
 def temporary_names(image: str) -> list[str]:

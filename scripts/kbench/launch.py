@@ -308,8 +308,7 @@ def ensure_image(runtime: str, environment: dict, archive: str | Path | None) ->
     if not archive:
         raise LaunchError(f"image {environment['id']} is not in {runtime}'s storage on {node}, and no archive to "
                           "load it from (config ship_images: true ships images to the nodes)")
-    with open(f"/tmp/kbench-image-load-{runtime}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(Path(f"/tmp/kbench-image-load-{runtime}.lock")):
         if not has_image(runtime, environment["id"]):
             loaded = subprocess.run([runtime, "load", "--quiet", "--input", str(archive)], capture_output=True,
                                     text=True, env=process_env(runtime))
@@ -320,16 +319,20 @@ def ensure_image(runtime: str, environment: dict, archive: str | Path | None) ->
 
 
 @contextlib.contextmanager
-def _exclusive(out: Path):
-    """One process per cell at a time: a run resumed after its driver died waits here until the previous cell
-    process (killed by its watchdog) has let go."""
-    lock_path = out.parent / f".{out.name}.lock"
-    with open(lock_path, "w") as handle:
+def file_lock(path: Path):
+    """An exclusive lock on `path` (flock: every process of this host), held for the with block."""
+    with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _exclusive(out: Path):
+    """One process per cell at a time: a run resumed after its driver died waits here until the previous cell
+    process (killed by its watchdog) has let go."""
+    return file_lock(out.parent / f".{out.name}.lock")
 
 
 def _keep_attempt(out: Path, log: Path) -> None:
