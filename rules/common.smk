@@ -132,7 +132,7 @@ def equivalence_jsons(suite, profile):
     if not config["equivalence"]["enabled"]:
         return []
     found = []
-    for model in config["models"]:
+    for model in matrix.equivalence_models(config):
         columns = matrix.equivalence_frameworks(config, suite, profile, model)
         if config["equivalence"]["reference"] in columns:      # the reference column makes the weights from its cell
             base = results("equivalence", suite, profile, model)

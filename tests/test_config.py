@@ -78,6 +78,8 @@ BAD = [
     ("n/a for an unknown model", lambda c: c["not_applicable"].append(
         {"framework": "keras3-jax", "model": "llama", "task": "*", "reason": "x"}),
      "config key not_applicable[8].model: 'llama' is not defined"),
+    ("equivalence for an unknown model", lambda c: c["equivalence"].update(models=["bert", "llama"]),
+     "config key equivalence.models[1]: 'llama' is not defined"),
     ("n/a for a precision the model lacks", lambda c: c["not_applicable"].append(
         {"framework": "keras3-jax", "model": "resnet50", "task": "fit", "precision": "bfloat16", "reason": "x"}),
      "config key not_applicable[8].precision: 'bfloat16' is not defined; allowed: float32, mixed_bfloat16, "

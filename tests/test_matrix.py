@@ -172,3 +172,10 @@ def test_equivalence_jobs_compare_in_float32_where_the_model_runs_bfloat16_only(
     found = [(c["task"], c["precision"]) for c in bert["cells"]]     # float32 configured: nothing added
     assert found[:2] == [("fit", "float32"), ("predict", "float32")] and len(found) == len(set(found))
     assert matrix.equivalence_job(config, "tiny", "strict", "gemma", "keras2")["cells"] == []   # n/a stays n/a
+
+
+def test_the_equivalence_check_runs_for_the_models_it_names(config):
+    assert matrix.equivalence_models(config) == config["models"]            # default: every selected model
+    config["equivalence"]["models"] = ["sam", "bert"]
+    config["models"] = ["bert", "gemma"]
+    assert matrix.equivalence_models(config) == ["bert"]                  # of the selected models, in their order

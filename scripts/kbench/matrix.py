@@ -91,6 +91,8 @@ def check_references(config: dict, repo: Path = REPO) -> None:
     for i, profile in enumerate(config["profiles"]):
         _require(profile, config["profile_defs"], f"profiles[{i}] (see profile_defs)")
     _require(config["equivalence"]["reference"], frameworks, "equivalence.reference (see framework_defs)")
+    for i, model in enumerate(config["equivalence"].get("models") or []):
+        _require(model, models, f"equivalence.models[{i}]")
     for i, rule in enumerate(config["equivalence"]["differences"]):
         _check_patterns(rule, config, f"equivalence.differences[{i}]")
     for i, rule in enumerate(config["not_compilable"]):
@@ -242,6 +244,12 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
 
 
 # ---------------------------------------------------------------- the equivalence check's jobs
+
+def equivalence_models(config: dict) -> list[str]:
+    """The selected models the equivalence check runs for: config equivalence.models where given, else every one."""
+    chosen = config["equivalence"].get("models")
+    return [m for m in config["models"] if chosen is None or m in chosen]
+
 
 def equivalence_frameworks(config: dict, suite: str, profile: str, model: str) -> list[str]:
     """The selected columns that run at least one cell of the model (the reference column runs its own job)."""
