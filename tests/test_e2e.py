@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 # Every framework family in podman images (native PyTorch eager and compiled, Keras 2, Keras 3); host venvs for one.
 RUNS = {"podman": (["bert", "sam"], ["native-torch-eager", "native-torch-compiled", "keras2", "keras3-jax",
                                      "keras3-tensorflow"]),
-        "host": (["bert"], ["keras3-jax", "keras3-tensorflow", "paddle-dygraph", "paddle-static"])}
+        "host": (["bert"], ["keras3-jax", "paddle-dygraph", "paddle-static"])}
 # The LLM and diffusion families (LoRA fit, generate, pure bfloat16; VAE fit, guided denoising) in one column per
 # family: generate at batch 1 only, to keep CI short.
 FAMILIES = (["gemma", "stable_diffusion"], ["native-torch-eager", "native-torch-compiled", "keras3-jax", "keras3-torch"])
@@ -45,6 +45,9 @@ FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-
                      "keras3": ("keras", "3.15.1"), "paddle": ("paddlepaddle", "3.3.1")}
 
 
+# The equivalence check in CI for BERT alone (every column of the podman run): SAM's check, about 400 s of cells
+# on CI's CPU (the compiled column's 210 s of it), runs where a GPU run or a user selects it (README: its numbers).
+EQUIVALENCE_MODELS = ["bert"]
 SIDE_BY_SIDE = [f"{rule}=1" for rule in ("cell", "equivalence", "equivalence_reference", "jax_numpy")]
 
 
@@ -57,7 +60,8 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
     if base:
         seed_base(base, results)
     # one OpenMP thread a cell: two torch processes each spinning two OpenMP threads on two cores ran 10-14x slower
-    overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence}, "jax_numpy": {"enabled": jax_numpy},
+    overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence, "models": EQUIVALENCE_MODELS},
+               "jax_numpy": {"enabled": jax_numpy},
                "cell_env": {"OMP_NUM_THREADS": "1"}}
     (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     # Two processes at a time on CI's two cores (the default gives a CPU cell every core): a cell's start-up, model
@@ -91,10 +95,14 @@ def paddle_run(tmp_path_factory):
 # convolutions, about 15 s a step at any batch size (native compiled 459 s, eager 354 s, Keras on torch 284 s for
 # one tiny cell), and GradScaler skips the first steps, so fewer steps would not show a fit learning. The torch
 # float16 path (autocast, GradScaler) runs in test_native_adapter_builds_in_place_and_its_autocast_is_observed.
+# Nor the compiled column's float32 ResNet-50 fit (167 s of inductor compilation on CI's CPU): its float32 compiled
+# fit runs on BERT in the podman run, and its ResNet-50 fit here in mixed_bfloat16 (autocast under torch.compile).
 TORCH_COLUMNS = [f for f in ALL_FRAMEWORKS if BACKENDS[f] == "torch"]
-PRECISION_CONFIG = {"not_applicable": CONFIG["not_applicable"] + [
-    {"framework": f, "model": "resnet50", "task": "fit", "precision": "mixed_float16",
-     "reason": "not run in CI: torch emulates float16 convolutions on a CPU"} for f in TORCH_COLUMNS]}
+NOT_RUN_IN_CI = [{"framework": f, "model": "resnet50", "task": "fit", "precision": "mixed_float16",
+                  "reason": "not run in CI: torch emulates float16 convolutions on a CPU"} for f in TORCH_COLUMNS] + [
+    {"framework": "native-torch-compiled", "model": "resnet50", "task": "fit", "precision": "float32",
+     "reason": "not run in CI: its float32 compiled fit runs on BERT"}]
+PRECISION_CONFIG = {"not_applicable": CONFIG["not_applicable"] + NOT_RUN_IN_CI}
 
 
 @pytest.fixture(scope="module")
@@ -289,8 +297,12 @@ def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_
     table = pd.read_csv(tables / "precision.csv").set_index("framework")
     assert table.index.tolist() == ALL_FRAMEWORKS and list(table.columns[-3:]) == MIXED
     timed = table[MIXED].apply(lambda column: column.str.contains(" ± "))        # "failed: ..." has none
-    assert timed.drop(columns="mixed_float16").all().all() and timed.mixed_float16.drop(TORCH_COLUMNS).all()
-    assert table.loc[TORCH_COLUMNS, "mixed_float16"].str.startswith("n/a: not run in CI").all()
+    not_run = {(entry["framework"], entry["precision"]) for entry in NOT_RUN_IN_CI}
+    for framework in ALL_FRAMEWORKS:
+        for precision in MIXED:
+            text = table.loc[framework, precision]
+            assert timed.loc[framework, precision] or (framework, precision) in not_run, (framework, precision, text)
+            assert text.startswith("n/a: not run in CI") == ((framework, precision) in not_run), text
     for result in cells(results):
         spec, losses = result.spec, result.loss
         assert result.status == "ok", (result.cell_id, result.error)
@@ -300,8 +312,11 @@ def test_every_framework_ran_resnet50_at_every_precision_in_its_image(precision_
     assert list(speedup.columns[-7:]) == ["fp32 / fp16 x", "fp32 / fp16 verdict", "fp32 / bf16 x",
                                           "fp32 / bf16 verdict", "claimed x", "claim against", "claim"]
     speedup = speedup.set_index("framework")
-    assert (speedup["fp32 / bf16 x"] > 0).all() and (speedup["claimed x"] == 1.5).all()
-    assert (speedup["fp32 / fp16 x"].drop(TORCH_COLUMNS) > 0).all()
+    assert (speedup["claimed x"] == 1.5).all()
+    # a speedup where both its cells ran, none where either was not run
+    for column, half in (("fp32 / fp16 x", "mixed_float16"), ("fp32 / bf16 x", "mixed_bfloat16")):
+        ran = [f for f in ALL_FRAMEWORKS if not {(f, "float32"), (f, half)} & not_run]
+        assert (speedup.loc[ran, column] > 0).all() and speedup[column].drop(ran).isna().all(), speedup[column]
 
 
 @pytest.mark.parametrize("framework", ["native-torch-eager", "keras2", "keras3-jax"])
@@ -400,8 +415,8 @@ def test_keras2_sam_predict_runs_without_xla_only_in_the_anchor_profile(podman_r
 def test_keras3_torch_compiles_in_the_strict_profile(families_run, tmp_path):
     """keras3-torch-eager is the anchor's; strict compiles Keras on torch (torch.compile through Keras)."""
     runtime, models, frameworks, tables, results = families_run
-    spec = matrix.spec({**CONFIG, "accelerator": "cpu"}, "tiny", "stable_diffusion", "predict", 2, "float32",
-                       "keras3-torch", "strict")
+    spec = matrix.spec({**CONFIG, "accelerator": "cpu"}, "tiny", "bert", "predict", 2, "float32", "keras3-torch",
+                       "strict")
     spec["steps"] = {**spec["steps"], "timed": 2}
     result = launch.run_cell(spec, "podman", results / "images" / "keras3-torch.cpu.json", tmp_path / "cell.json",
                              tmp_path / "cell.log", timeout_s=900)
@@ -444,29 +459,35 @@ ADAPTER_GUARDS = """
 
 def test_native_adapter_builds_in_place_and_its_autocast_is_observed(podman_run):
     """In the native-torch image: a pure-bf16 Gemma is created in bf16 where it runs (every base parameter
-    registered in bfloat16, none in float32 first; only the LoRA factors peft adds are left out: they are created by
-    get_peft_model as plain nn.Linear weights, cast as settings.lora_dtype says); a mixed-precision cell
-    whose autocast did nothing (the adapter's autocast replaced by a null context) is refused as
-    PrecisionMismatch."""
+    registered in bfloat16, none in float32 first; only the LoRA factors are left out: peft's get_peft_model creates
+    them as plain nn.Linear weights and, where settings.lora_dtype is float32, the adapter's _lora_to_float32 registers
+    them again through peft's cast_adapter_dtype); a mixed-precision cell whose autocast did nothing (the adapter's
+    autocast replaced by a null context) is refused as PrecisionMismatch."""
     runtime, models, frameworks, tables, results = podman_run
     out = run_in_image(results, "native-torch", ADAPTER_GUARDS, """
         import peft, torch
         from kbench.adapters import native_torch
-        created, register, in_peft = [], torch.nn.Module.register_parameter, []
+        created, register, in_lora = [], torch.nn.Module.register_parameter, []
         def spy(module, name, parameter):
             if parameter is not None:
-                created.append((type(module).__name__, name, parameter.dtype, bool(in_peft)))
+                created.append((type(module).__name__, name, parameter.dtype, bool(in_lora)))
             return register(module, name, parameter)
-        def get_peft_model(*args, **kwargs):        # the LoRA factors: nn.Linear "weight"s that peft creates
-            in_peft.append(True)
-            try:
-                return get_peft_model.original(*args, **kwargs)
-            finally:
-                in_peft.pop()
-        get_peft_model.original, peft.get_peft_model = peft.get_peft_model, get_peft_model
+        def creating_lora(owner, name):             # what runs inside owner.name creates or recasts LoRA factors
+            original = getattr(owner, name)
+            def wrapped(*args, **kwargs):
+                in_lora.append(True)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    in_lora.pop()
+            setattr(owner, name, wrapped)
+            return lambda: setattr(owner, name, original)
+        restore = [creating_lora(peft, "get_peft_model"), creating_lora(native_torch, "_lora_to_float32")]
         torch.nn.Module.register_parameter = spy
         spec, w = workload("native_torch", "gemma", "fit", 2, "bfloat16", "native-torch-eager")
-        torch.nn.Module.register_parameter, peft.get_peft_model = register, get_peft_model.original
+        torch.nn.Module.register_parameter = register
+        for undo in restore:
+            undo()
         wrong = [entry for entry in created if entry[2] != torch.bfloat16 and not entry[3]]
         assert created and not wrong, wrong
         assert any(entry[3] for entry in created), "peft created the LoRA factors"
@@ -558,13 +579,13 @@ def equivalence_rows(results) -> pd.DataFrame:
     return pd.read_csv(results / "tables" / "tiny" / "strict" / "equivalence_long.csv")
 
 
-def test_every_column_of_bert_and_sam_computes_the_references_function(podman_run):
-    """The equivalence check in CI: BERT and SAM in all five columns, each loading the reference column's
+def test_every_column_of_bert_computes_the_references_function(podman_run):
+    """The equivalence check in CI: BERT in all five columns, each loading the reference column's
     unit-scale weights: every column's outputs within the float32 tolerance of the reference's."""
     runtime, models, frameworks, tables_dir, results = podman_run
     rows = equivalence_rows(results)
     checked = rows[~rows["reference column"] & (rows.precision == "float32")]
-    assert set(checked.framework) == set(frameworks) and set(checked.model) == {"bert", "sam"}
+    assert set(checked.framework) == set(frameworks) and set(checked.model) == set(EQUIVALENCE_MODELS)
     assert (checked.verdict.str.startswith("equivalent")).all(), checked[["model", "task", "framework", "verdict"]]
     assert (checked.rel <= checked.tolerance).all()
     # Keras 3's TF Adam moves a repeated token's embedding row once per occurrence (config equivalence.differences):
