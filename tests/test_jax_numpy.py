@@ -36,6 +36,15 @@ def test_the_verdict_reads_the_ratio_and_its_interval_against_the_claim(rows, ex
         assert "not counted: 100 (mismatch)" in reason
 
 
+def test_not_shown_names_the_size_whose_interval_straddles_the_claim():
+    """The tiny CI run's elementwise row: its best point (0.86x at 10^7, interval 0.71x-1.02x) lies below the claim;
+    the size that leaves it open is 1000 (0.38x, interval 0.16x-12.6x)."""
+    small = {**row(1000, 0.02, 0.0522), "numpy": side(0.02, 0.0034), "jax": side(0.0522, 0.0501)}
+    rows = [small, {**row(10**7, 146.9, 171.7), "numpy": side(146.9, 16.0), "jax": side(171.7, 13.0)}]
+    state, reason = tables.verdict(rows, CLAIM["speedup"])
+    assert state == tables.NOT_SHOWN and "at 1000 the ratio's interval" in reason, reason
+
+
 def test_a_ratio_without_intervals_is_read_at_its_point():
     no_interval = row(100, 20.0, 1.0)
     no_interval["jax"].update(low=None, high=None)

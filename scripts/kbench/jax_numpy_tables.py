@@ -6,7 +6,8 @@ Verdict of a workload on the claim's speedup (config jax_numpy.claim.speedup, 10
 whose results agree (a mismatch or a failed size counts for nothing):
 - holds: at some size the ratio clears the claim beyond both intervals (NumPy's low end / JAX's high end >= claim);
 - does not hold: at every size even the ratio's high end (NumPy's high end / JAX's low end) stays below it;
-- not shown: an interval straddles the claim, at the best size;
+- not shown: at some size the ratio's interval straddles the claim (the reason names the size whose high end
+  reaches furthest);
 - not measured: no size ran and agreed (the job failed, or every size failed or mismatched).
 """
 from __future__ import annotations
@@ -81,8 +82,11 @@ def verdict(workload_rows: list[dict], speedup: float) -> tuple[str, str]:
         return HOLDS, f"{summary}: {top[1]:.3g}x at {top[0]['size']} clears {speedup:g}x beyond both intervals"
     if all((f[3] if f[3] is not None else f[1]) < speedup for f in found):
         return FAILS, f"{summary}: at most {best[1]:.3g}x (at {best[0]['size']}), below {speedup:g}x beyond the intervals"
-    return NOT_SHOWN, (f"{summary}: at {best[0]['size']} the ratio's interval ({best[2]:.3g}x to {best[3]:.3g}x) "
-                       f"straddles {speedup:g}x")
+    # the size whose interval reaches the claim (its high end at or above it), not the best point: a small size's
+    # wide interval can straddle the claim while the best point's interval lies below it
+    straddling = max((f for f in found if f[3] is not None and f[3] >= speedup), key=lambda f: f[3])
+    return NOT_SHOWN, (f"{summary}: at {straddling[0]['size']} the ratio's interval ({straddling[2]:.3g}x to "
+                       f"{straddling[3]:.3g}x) straddles {speedup:g}x")
 
 
 def claim_table(result: cell.CellResult, claim: dict, workloads: dict) -> pd.DataFrame:
