@@ -45,7 +45,7 @@ TINY = ["--config", "suite=tiny", "accelerator=cpu", "precisions=[float32]"]
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory, podman_base):
-    """A results folder whose keras3-jax and native-torch images are built (podman), shared by this module's runs."""
+    """A results folder whose keras3-jax and native-torch images are built (podman), for the SLURM run."""
     results = tmp_path_factory.mktemp("cluster-results")
     seed_base(podman_base, results)
     targets = [str(results / "images" / f"{stack}.cpu.json") for stack in ("keras3-jax", "native-torch")]
@@ -114,8 +114,9 @@ SLURM = ["--profile", str(REPO / "profiles" / "slurm"), "--set-threads", "cell=1
 @slurm_up()
 def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(images, tmp_path):
     """The tiny BERT cells of two stacks (float32), each one SLURM job with one GPU; images built on the
-    submit host (local rules) and loaded on the node from their archives where missing. The anchor profile: the
-    docker test's strict cells share this results folder, and a finished cell is not rerun on another runtime."""
+    submit host (local rules) and loaded on the node from their archives where missing. The anchor profile, so that
+    no strict cell another run left in this results folder stands in for a SLURM job (a finished cell is not rerun
+    on another runtime)."""
     before = set(squeue_states())
     # the JAX-against-NumPy job at a few small sizes: here it shows where the job runs; what it measures is the e2e
     # podman run's
