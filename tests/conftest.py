@@ -1,3 +1,7 @@
+"""Shared by every tier. A test's tier is its marker: `e2e` (real images and services), `workflow` (the real
+Snakemake CLI on dry runs and the synthetic stack) or, unmarked, `unit` (in this process: no Snakemake subprocess,
+no container, no network). A unit test that starts the Snakemake CLI fails: plan in process with tests/dag.py, or
+mark the test `workflow`."""
 import copy
 import shutil
 import subprocess
@@ -9,6 +13,22 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+TIERS = ("unit", "workflow", "e2e")
+_running = {"tier": None}
+
+
+def tier_of(item) -> str:
+    return next((name for name in TIERS[1:] if item.get_closest_marker(name)), "unit")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if tier_of(item) == "unit":
+            item.add_marker(pytest.mark.unit)
+
+
+def pytest_runtest_setup(item):
+    _running["tier"] = tier_of(item)
 
 
 @pytest.fixture
@@ -27,6 +47,9 @@ def snakemake(*args, cwd=REPO, timeout=1800, env=None, equivalence=False):
     """Run the workflow's own CLI, as a user would; returns the completed process (output in .stdout).
     equivalence: False adds a config file that turns the equivalence check off, before any the caller gives (theirs
     win: --configfile takes a list, and a second flag would replace the first)."""
+    if _running["tier"] == "unit":
+        raise RuntimeError("a unit test started the Snakemake CLI: plan in process (tests/dag.py) or mark the test "
+                           "workflow (pytest.mark.workflow)")
     args = list(args)
     if not equivalence and "--configfile" in args:
         args.insert(args.index("--configfile") + 1, str(NO_EQUIVALENCE))

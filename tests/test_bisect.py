@@ -91,6 +91,7 @@ def run_bisect(folder: Path, plants: Path, old: Path, new: Path, capsys) -> tupl
     return json.loads((out / "bisect.json").read_text()), capsys.readouterr().out
 
 
+@pytest.mark.workflow
 def test_bisect_names_the_one_group_that_slows_the_cell(tmp_path, plants, capsys):
     old = lock(tmp_path, plants, "old", OLD)
     new = lock(tmp_path, plants, "new", {"a": "1.1", "b": "1.1", "c": "2.0", "d": "2.0"})
@@ -136,6 +137,7 @@ def test_bisect_names_the_one_group_that_slows_the_cell(tmp_path, plants, capsys
     assert "| g2 | kbench-plant-b 1.0 -> 1.1 |" in (tmp_path / "out" / "bisect.md").read_text()
 
 
+@pytest.mark.workflow
 def test_a_bump_that_slows_nothing_stops_at_the_endpoints(tmp_path, plants, capsys):
     """b stays at 1.0: every step's device time is 2 ms. Welch at 0.05 calls about 5% of equal endpoints different
     (that is what alpha means): one fresh rerun, so this fails by chance about once in 400 runs, and every time

@@ -5,6 +5,7 @@ import shutil
 import pytest
 
 from conftest import REPO, snakemake
+from dag import plan
 from kbench import config_check
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
@@ -156,15 +157,29 @@ def workflow_copy(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("break_config, message", [
+BROKEN = [
     (lambda text: text.replace("suite: paper", "suite: [paper", 1), "config error: config.yaml, line "),
     (lambda text: "", "config error: config.yaml: empty"),
     (lambda text: text + "bogus: 1\n", "config error: config key bogus is not a known key; allowed:"),
     (lambda text: text.replace("results_dir: results", "results_dir: results/{x}", 1),
      "config error: config key results_dir: 'results/{x}' has braces"),
-])
-def test_snakemake_prints_one_line_and_starts_nothing(tmp_path, break_config, message):
-    """As a user meets it: the real workflow, a broken config.yaml, a dry run: one line, no traceback, no schema."""
+]
+
+
+@pytest.mark.parametrize("break_config, message", BROKEN)
+def test_a_plan_stops_at_one_line_and_starts_nothing(tmp_path, break_config, message):
+    """The real workflow, a broken config.yaml, a dry run planned in process: the Snakefile exits with one line."""
+    copy = workflow_copy(tmp_path)
+    (copy / "config.yaml").write_text(break_config((REPO / "config.yaml").read_text()))
+    found = plan("-n", "--cores", "1", cwd=copy)
+    assert not found.ok and found.error.startswith(message) and "\n" not in found.error, found.error
+    assert not found.jobs and not (copy / "results" / "cells").exists()
+
+
+@pytest.mark.workflow
+def test_snakemake_prints_one_line_and_starts_nothing(tmp_path):
+    """As a user meets it (the CLI smoke of the plans above): one line, no traceback, no schema."""
+    break_config, message = BROKEN[2]
     copy = workflow_copy(tmp_path)
     (copy / "config.yaml").write_text(break_config((REPO / "config.yaml").read_text()))
     proc = snakemake("-n", "--cores", "1", cwd=copy)

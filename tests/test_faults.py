@@ -52,6 +52,7 @@ def record(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+@pytest.mark.workflow
 def test_failing_cells_end_in_records_that_name_the_cause_and_the_run_goes_on(tmp_path):
     options = fault_workflow(tmp_path, {name: {"KBENCH_SYNTHETIC_FAULT": f} if f else {} for name, f in FAULTS.items()})
     assert left_behind() == []
@@ -72,6 +73,7 @@ def digests(files: dict[str, bytes]) -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
 
 
+@pytest.mark.workflow
 def test_a_driver_killed_mid_run_resumes_with_one_command(tmp_path):
     """Two columns finish; the driver is SIGKILLed while a third column's cell runs (it takes 6 s to build).
     scripts/resume then redoes only that column: the finished records are byte-identical, the killed cell left no
@@ -109,6 +111,7 @@ def test_a_driver_killed_mid_run_resumes_with_one_command(tmp_path):
     assert (tmp_path / "results/tables/tiny/strict/ms_per_step.csv").exists()
 
 
+@pytest.mark.workflow
 def test_resume_refuses_while_the_run_is_still_going(tmp_path):
     options = fault_workflow(tmp_path, {"slow": {"KBENCH_SYNTHETIC_BUILD_S": "30"}})
     driver = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *options], cwd=tmp_path,
@@ -124,6 +127,7 @@ def test_resume_refuses_while_the_run_is_still_going(tmp_path):
         driver.wait()
 
 
+@pytest.mark.workflow
 def test_retry_failed_reruns_exactly_the_failed_cells_and_keeps_their_first_attempt(tmp_path):
     """A transient fault (the column fails its first attempt only): a plain rerun has nothing to do, since a failed
     cell is a finished job; scripts/retry-failed reruns exactly the failed cells."""

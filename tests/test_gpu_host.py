@@ -51,6 +51,7 @@ def utc(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text)
 
 
+@pytest.mark.workflow
 def test_a_host_with_four_gpus_runs_four_cells_at_once_each_on_its_own_gpu_and_a_fifth_waits(tmp_path):
     env = fake_gpu_host(tmp_path)
     options = gpu_workflow(tmp_path, columns=5, build_s=6)

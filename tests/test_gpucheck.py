@@ -1,12 +1,17 @@
 """The ten-minute GPU check, on this CPU machine: a fake nvidia-smi with four GPUs and the synthetic stack pretending
 to a GPU (the harness alone), through the same launcher, lease, preflight and runner as the workflow."""
+
 import json
 import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import REPO
 from test_gpu_host import fake_gpu_host
+
+pytestmark = pytest.mark.workflow  # real cell processes of the synthetic stack, ~25 s
 
 
 def gpucheck(tmp_path, *args, timeout=300):

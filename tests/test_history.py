@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from kbench import cell, history, matrix
-from test_lifecycle import MS, finished_run, write_run  # noqa: F401  (finished_run: the module's fixture)
+from test_lifecycle import MS, packed_run, write_run  # noqa: F401  (packed_run: the module's fixture)
 
 JAX_FIT = matrix.Cell("tiny", "strict", "bert", "fit", 32, "float32", "keras3-jax").cell_id
 
@@ -27,13 +27,13 @@ def bumped_run(tmp_path, name, ms, keras, when, repeats=3, **provenance):
     return results
 
 
-def test_a_run_and_its_archive_are_one_run_and_ingesting_twice_adds_nothing(finished_run, tmp_path):
+def test_a_run_and_its_archive_are_one_run_and_ingesting_twice_adds_nothing(packed_run, tmp_path):
     store = tmp_path / "history"
-    first = history.ingest(finished_run, "tiny", store)
+    first = history.ingest(packed_run, "tiny", store)
     assert first.added == 4 and first.cells == 4
-    again = history.ingest(finished_run / "archive" / "tiny-run1.tar.gz", None, store)
+    again = history.ingest(packed_run / "archive" / "tiny-run1.tar.gz", None, store)
     assert (again.run_id, again.added) == (first.run_id, 0)
-    assert history.ingest(finished_run / "archive" / "tiny-run1.tar.gz", None, store).added == 0
+    assert history.ingest(packed_run / "archive" / "tiny-run1.tar.gz", None, store).added == 0
     with history.connect(store, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
         assert con.execute("SELECT count(*) FROM cells").fetchone()[0] == 4

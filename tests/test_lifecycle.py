@@ -7,8 +7,8 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from pathlib import Path
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 import yaml
@@ -63,18 +63,63 @@ MS = {("native-torch-eager", "fit", 32): 80.0, ("keras3-jax", "fit", 32): 100.0,
       ("native-torch-eager", "predict", 256): 150.0, ("keras3-jax", "predict", 256): 200.0}
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """Tables, plots, report and archive of a fixture run, made by the workflow's own commands."""
-    results = tmp_path_factory.mktemp("results")
-    write_run(results, MS)
+def leave_strays(results):
+    """What launches, retries and interrupted writes leave beside cells and tables (none may enter an archive)."""
     cells = results / "cells/tiny/strict/bert/fit/bs32/float32"
     for stray in (".keras3-jax.r1.json.lock", ".staging-kbench-0/result.json", "attempts/keras3-jax.r1.json.20261130T0",
-                  ".keras3-jax.r1.json.tmp"):    # what launches, retries and interrupted writes leave beside cells
+                  ".keras3-jax.r1.json.tmp"):
         (cells / stray).parent.mkdir(parents=True, exist_ok=True)
         (cells / stray).write_text("{}")
-    (results / "tables/tiny/strict").mkdir(parents=True)
+    (results / "tables/tiny/strict").mkdir(parents=True, exist_ok=True)
     (results / "tables/tiny/strict/.ms_per_step.csv.tmp").write_text("")
+
+
+RUN_CONFIG = {**CONFIG, "suite": "tiny", "accelerator": "cpu", "runtime": "podman", "models": ["bert"],
+              "frameworks": FRAMEWORKS, "precisions": ["float32"], "profiles": ["strict"]}
+
+
+def pack_in_process(results: Path, out: Path, runtime="podman") -> Path:
+    """What the workflow's tables, plots, run_facts and archive rules make of a fixture run, by the same functions
+    in this process (the report a placeholder page): an archive to verify, tamper with, compare and ingest."""
+    from kbench import facts, plots
+    config = {**RUN_CONFIG, "runtime": runtime}
+    cells_by_id: dict = {}
+    paths = sorted(p for p in (results / "cells").rglob("*.r*.json") if "attempts" not in p.parts
+                   and not p.name.startswith("."))
+    for path in paths:
+        result = cell.read(path)
+        cells_by_id.setdefault(result.cell_id, []).append(result)
+    archive.build_tables(config, "tiny", cells_by_id, results / "tables" / "tiny")
+    plots.main(["--frameworks", ",".join(FRAMEWORKS), "--keras3", "keras3-jax", "--out",
+                str(results / "plots/tiny/strict"), str(results / "tables/tiny/strict/cells_summary.csv")])
+    kind = "images" if runtime == "podman" else "environments"
+    environments = sorted(str(p) for p in (results / kind).glob("*.json"))
+    facts.main(["--suite", "tiny", "--out", str(results / "tables/tiny/run_facts.html"), "--environments",
+                *environments, "--cells", *map(str, paths)])
+    (results / "report").mkdir(exist_ok=True)
+    (results / "report" / "tiny.html").write_text("<html><body>report</body></html>")
+    archive.pack(out.name.removesuffix(".tar.gz"), "tiny", results, config, results / "report" / "tiny.html",
+                 list(map(str, paths)), environments, [], out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def packed_run(tmp_path_factory):
+    """A fixture run packed in this process (pack_in_process), its archive at archive/tiny-run1.tar.gz."""
+    results = tmp_path_factory.mktemp("packed")
+    write_run(results, MS)
+    leave_strays(results)
+    pack_in_process(results, results / "archive" / "tiny-run1.tar.gz")
+    return results
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """Tables, plots, report and archive of a fixture run, made by the workflow's own commands (the real Snakemake
+    CLI: the workflow tier)."""
+    results = tmp_path_factory.mktemp("results")
+    write_run(results, MS)
+    leave_strays(results)
     args = [*ARGS, f"results_dir={results}"]
     for step in (["--cores", "1", "--rerun-triggers", "mtime"],
                  ["--cores", "1", "--report", str(results / "report" / "tiny.html")],
@@ -84,6 +129,7 @@ def finished_run(tmp_path_factory):
     return results
 
 
+@pytest.mark.workflow
 def test_plots_are_written_as_png_and_svg(finished_run):
     for name in ("ms_per_step", "speedup", "first_step"):
         assert (finished_run / "plots" / "tiny" / "strict" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
@@ -123,6 +169,7 @@ def rendered_text(page) -> str:
 
 @pytest.mark.skipif(not shutil.which("chromium") and not os.environ.get("KBENCH_REQUIRE_CHROMIUM"),
                     reason="needs Debian's chromium (.ci/run installs it and requires this test)")
+@pytest.mark.workflow
 def test_report_renders_in_headless_chromium_with_tables_plots_and_run_facts(finished_run):
     """The report is a JavaScript app whose content sits in script data until it runs: only the rendered DOM,
     scripts removed, shows the navigation with our categories, the workflow description with the suite, and the
@@ -139,6 +186,7 @@ def test_report_renders_in_headless_chromium_with_tables_plots_and_run_facts(fin
     assert "Save as SVG" in text
 
 
+@pytest.mark.workflow
 def test_the_departures_page_lists_every_configured_departure(finished_run):
     page = (finished_run / "tables" / "tiny" / "departures.html").read_text()
     assert "Departures from the published benchmark" in page and "tag v0.0.5, commit 4f1d20e" in page
@@ -147,11 +195,13 @@ def test_the_departures_page_lists_every_configured_departure(finished_run):
     assert "none: Trainer-only work" in page       # kept by no profile: why not
 
 
+@pytest.mark.workflow
 def test_run_facts_name_suite_images_and_host(finished_run):
     page = (finished_run / "tables" / "tiny" / "run_facts.html").read_text()
     assert "tiny" in page and "sha256:" + "11" * 32 in page and "localhost/kbench/keras3-jax:cpu-x" in page
 
 
+@pytest.mark.workflow
 def test_archive_holds_the_run_and_verifies(finished_run):
     path = finished_run / "archive" / "tiny-run1.tar.gz"
     with tarfile.open(path) as tar:
@@ -187,47 +237,47 @@ def rewrite(source, target, change, extra=None, remanifest=False):
 CELL = "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json"
 
 
-def test_verify_names_one_changed_byte(finished_run, tmp_path):
+def test_verify_names_one_changed_byte(packed_run, tmp_path):
     def flip(name, data):
         if name.endswith(CELL):
             assert b'"mean_ms": 100.0,' in data
             return data.replace(b'"mean_ms": 100.0,', b'"mean_ms": 10.00,')
         return data
-    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", flip)
+    rewrite(packed_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", flip)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert problems[0] == f"{CELL}: altered (SHA-256 differs from MANIFEST.sha256)"
     assert f"{CELL}: mean_ms 10.0 is not that of its step_ms (100.0)" in problems
     assert archive.main(["verify", str(tmp_path / "t.tar.gz")]) == 1
 
 
-def test_verify_names_a_removed_file_and_the_table_row_it_leaves_unbacked(finished_run, tmp_path):
-    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz",
+def test_verify_names_a_removed_file_and_the_table_row_it_leaves_unbacked(packed_run, tmp_path):
+    rewrite(packed_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz",
             lambda name, data: None if name.endswith(CELL) else data)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert problems[:2] == [f"{CELL}: missing (listed in MANIFEST.sha256)", f"{CELL}: missing (the tables list this cell)"]
     assert "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
 
 
-def test_verify_names_an_extra_file(finished_run, tmp_path):
-    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", lambda name, data: data,
+def test_verify_names_an_extra_file(packed_run, tmp_path):
+    rewrite(packed_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", lambda name, data: data,
             extra={"tiny-run1/tables/tiny/better_numbers.csv": b"1,2"})
     assert archive.verify(tmp_path / "t.tar.gz") == [
         "tables/tiny/better_numbers.csv: extra (not listed in MANIFEST.sha256)",
         "tables/tiny/better_numbers.csv: not a table kbench.tables makes"]
 
 
-def test_verify_names_a_cell_whose_image_differs_from_the_record(finished_run, tmp_path):
+def test_verify_names_a_cell_whose_image_differs_from_the_record(packed_run, tmp_path):
     """Internally inconsistent although the manifest was rewritten to match: the cell ran in another image."""
     def swap(name, data):
         if name.endswith("images/keras3-jax.cpu.json"):
             return data.replace(b"11" * 32, b"44" * 32)
         return data
-    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", swap, remanifest=True)
+    rewrite(packed_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", swap, remanifest=True)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert len(problems) == 2 and all("but images/keras3-jax.cpu.json records sha256:4444" in p for p in problems)
 
 
-def test_verify_names_an_edited_mean_even_under_a_rewritten_manifest(finished_run, tmp_path):
+def test_verify_names_an_edited_mean_even_under_a_rewritten_manifest(packed_run, tmp_path):
     """A forger edits one cell's mean and writes the manifest anew: the cell's own step times and the tables
     rebuilt from the cells give it away."""
     def edit(name, data):
@@ -236,20 +286,20 @@ def test_verify_names_an_edited_mean_even_under_a_rewritten_manifest(finished_ru
             result["timing"]["mean_ms"] = 10.0
             return json.dumps(result).encode()
         return data
-    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
+    rewrite(packed_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
     problems = archive.verify(tmp_path / "t.tar.gz")
     assert f"{CELL}: mean_ms 10.0 is not that of its step_ms (100.0)" in problems
     assert "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs" in problems
     assert "tables/tiny/strict/cells_long.csv: differs from the table rebuilt from the cell JSONs" in problems
 
 
-def test_verify_names_an_edited_table_even_under_a_rewritten_manifest(finished_run, tmp_path):
+def test_verify_names_an_edited_table_even_under_a_rewritten_manifest(packed_run, tmp_path):
     def edit(name, data):
         if name.endswith("tables/tiny/strict/ms_per_step.csv"):
             assert b",100.0," in data
             return data.replace(b",100.0,", b",90.0,")
         return data
-    rewrite(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
+    rewrite(packed_run / "archive" / "tiny-run1.tar.gz", tmp_path / "t.tar.gz", edit, remanifest=True)
     assert archive.verify(tmp_path / "t.tar.gz") == [
         "tables/tiny/strict/ms_per_step.csv: differs from the table rebuilt from the cell JSONs"]
 
@@ -258,13 +308,7 @@ def test_verify_checks_venv_cells_against_their_lock_digest(tmp_path):
     """Host-runtime cells name their venv by lock digest: a cell whose digest is not its record's is named."""
     results = tmp_path / "results"
     write_run(results, MS, runtime="host")
-    proc = snakemake("--cores", "1", "--rerun-triggers", "mtime", *ARGS, f"results_dir={results}", "runtime=host")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    (results / "report").mkdir(exist_ok=True)
-    (results / "report" / "tiny.html").write_text("<html></html>")
-    archive.pack("venv", "tiny", results, {**CONFIG, "frameworks": FRAMEWORKS, "models": ["bert"]},
-                 results / "report" / "tiny.html", [str(p) for p in (results / "cells").rglob("*.json")],
-                 [str(p) for p in (results / "environments").glob("*.json")], [], tmp_path / "venv.tar.gz")
+    pack_in_process(results, tmp_path / "venv.tar.gz", runtime="host")
     assert archive.verify(tmp_path / "venv.tar.gz") == []
 
     def swap(name, data):
@@ -331,7 +375,7 @@ def keypair(tmp_path, name):
     return key
 
 
-def test_a_signed_archive_verifies_only_with_its_publishers_key(finished_run, tmp_path):
+def test_a_signed_archive_verifies_only_with_its_publishers_key(packed_run, tmp_path):
     """A forger can edit a number and rewrite the manifest (and the tables) consistently; they cannot sign the new
     manifest with the publisher's key: verify with the publisher's allowed-signers file refuses it."""
     alice, mallory = keypair(tmp_path, "alice"), keypair(tmp_path, "mallory")
@@ -339,12 +383,12 @@ def test_a_signed_archive_verifies_only_with_its_publishers_key(finished_run, tm
     signers.write_text(f"alice@lab {(tmp_path / 'alice.pub').read_text().split(' ', 2)[0]} "
                        f"{(tmp_path / 'alice.pub').read_text().split(' ', 2)[1]}\n")
     signed = tmp_path / "signed.tar.gz"
-    shutil.copy(finished_run / "archive" / "tiny-run1.tar.gz", signed)
+    shutil.copy(packed_run / "archive" / "tiny-run1.tar.gz", signed)
     assert archive.main(["sign", str(signed), "--key", str(alice)]) == 0
     assert archive.verify(signed, signers, "alice@lab") == []
-    assert archive.manifest_digest(signed) == archive.manifest_digest(finished_run / "archive" / "tiny-run1.tar.gz")
+    assert archive.manifest_digest(signed) == archive.manifest_digest(packed_run / "archive" / "tiny-run1.tar.gz")
 
-    unsigned = finished_run / "archive" / "tiny-run1.tar.gz"
+    unsigned = packed_run / "archive" / "tiny-run1.tar.gz"
     assert archive.verify(unsigned, signers, "alice@lab") == ["MANIFEST.sha256.sig: missing, the archive is unsigned"]
     assert archive.verify(unsigned) == []                   # without a key: intact, and reported unsigned
 
@@ -436,7 +480,7 @@ def rewrite_members(members, target):
             new.addfile(info, io.BytesIO(data))
 
 
-def test_a_consistent_forgery_passes_unsigned_verify_and_is_refused_with_the_publishers_key(finished_run, tmp_path):
+def test_a_consistent_forgery_passes_unsigned_verify_and_is_refused_with_the_publishers_key(packed_run, tmp_path):
     """The README's claim, exactly: halve one cell's steps, recompute its statistics, rebuild the tables with this
     project's code and rewrite the manifest: without a key verify finds nothing wrong; with the publisher's
     allowed-signers line it refuses the archive, whether unsigned or re-signed by the forger."""
@@ -444,7 +488,7 @@ def test_a_consistent_forgery_passes_unsigned_verify_and_is_refused_with_the_pub
     signers = tmp_path / "allowed_signers"
     signers.write_text("alice@lab " + " ".join((tmp_path / "alice.pub").read_text().split()[:2]) + "\n")
     signed = tmp_path / "signed.tar.gz"
-    shutil.copy(finished_run / "archive" / "tiny-run1.tar.gz", signed)
+    shutil.copy(packed_run / "archive" / "tiny-run1.tar.gz", signed)
     assert archive.main(["sign", str(signed), "--key", str(alice)]) == 0
     forged = tmp_path / "forged.tar.gz"
     forge_consistently(signed, forged)
@@ -458,11 +502,11 @@ def test_a_consistent_forgery_passes_unsigned_verify_and_is_refused_with_the_pub
         "MANIFEST.sha256.sig: does not verify for 'alice@lab'")
 
 
-def test_the_readmes_verify_walkthrough_runs_as_printed(finished_run, tmp_path):
+def test_the_readmes_verify_walkthrough_runs_as_printed(packed_run, tmp_path):
     from test_readme import verify_walkthrough
     from conftest import REPO
     (tmp_path / "results" / "archive").mkdir(parents=True)
-    shutil.copy(finished_run / "archive" / "tiny-run1.tar.gz", tmp_path / "results" / "archive")
+    shutil.copy(packed_run / "archive" / "tiny-run1.tar.gz", tmp_path / "results" / "archive")
     for name in (".venv", "scripts"):
         (tmp_path / name).symlink_to(REPO / name)
     *setup, check = verify_walkthrough()

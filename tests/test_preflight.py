@@ -90,9 +90,26 @@ def test_cuda_requirement_is_read_from_each_lock():
     assert cuda.requirement((REPO / "envs" / "keras3-jax.cpu.lock").read_text()) is None
 
 
-@pytest.mark.skipif(Path("/usr/bin/nvidia-smi").exists(), reason="a GPU host: the refusal is for hosts without one")
+NO_GPU_HERE = pytest.mark.skipif(Path("/usr/bin/nvidia-smi").exists(),
+                                 reason="a GPU host: the refusal is for hosts without one")
+
+
+@NO_GPU_HERE
 @pytest.mark.parametrize("runtime", ["podman", "docker", "host"])
-def test_a_gpu_run_on_this_cpu_host_fails_in_seconds_before_any_build(tmp_path, runtime):
+def test_this_cpu_host_is_refused_for_gpu_cells_in_every_runtime(runtime):
+    """What the workflow's onstart calls (preflight.check) on this real host: one error naming the missing driver."""
+    with pytest.raises(preflight.PreflightError) as error:
+        preflight.check(runtime, "gpu", ["keras3-jax"], tools=set())
+    text = str(error.value)
+    assert f"preflight: this host cannot run the selected cells (runtime {runtime}, accelerator gpu)" in text
+    assert "no NVIDIA driver here (`nvidia-smi` is not on PATH)" in text
+
+
+@NO_GPU_HERE
+@pytest.mark.workflow
+def test_a_gpu_run_on_this_cpu_host_fails_in_seconds_before_any_build(tmp_path):
+    """The CLI smoke of the refusal: a real (not dry) run stops at the onstart preflight, before any job."""
+    runtime = "podman"
     started = time.monotonic()
     proc = snakemake("--cores", "all", "--config", f"runtime={runtime}", f"results_dir={tmp_path}", timeout=120)
     elapsed = time.monotonic() - started

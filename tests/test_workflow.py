@@ -1,4 +1,6 @@
-"""The workflow as a user drives it: dry runs of both suites, and n/a cells that run without any environment."""
+"""The workflow as a user drives it: plans of both suites (in process, through Snakemake's own CLI code: tests/dag.py),
+what a version bump or an edit reruns, and, through the real `snakemake` command, one dry run, the lint and a run of
+n/a cells that needs no environment."""
 import os
 import re
 import shutil
@@ -7,6 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import CONFIG, REPO, snakemake
+from dag import plan
 from kbench import matrix
 
 
@@ -15,44 +18,63 @@ def job_counts(output: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}
 
 
-@pytest.mark.parametrize("runtime", ["podman", "host"])
-@pytest.mark.parametrize("suite, accelerator", [("paper", "gpu"), ("tiny", "cpu")])
-def test_dry_run_plans_every_cell_of_the_suite(tmp_path, suite, accelerator, runtime):
-    proc = snakemake("-n", "--cores", "all", "--config", f"suite={suite}", f"accelerator={accelerator}",
-                     f"runtime={runtime}", f"results_dir={tmp_path}")
-    assert proc.returncode == 0, proc.stdout
+def expected_jobs(suite, accelerator, runtime) -> tuple[dict[str, int], set[str]]:
+    """Every job of a full run of the suite (each repeat of each cell), and the stacks its runnable cells use."""
     config = {**CONFIG, "accelerator": accelerator}
     cells = [c for c in matrix.cells(config, suite) for _ in range(matrix.repeats(config, suite))]   # every repeat
     stacks = {matrix.stack_of(config, c.framework) for c in cells if not c.not_applicable}
     environment_jobs = {"base_image": 1, "stack_image": len(stacks)} if runtime == "podman" else {
         "environment": len(stacks)}
     profiles = len(CONFIG["profiles"])
-    assert job_counts(proc.stdout) == {**environment_jobs, "cell": len(cells), "tables": profiles, "plots": profiles,
-                                       "departures": 1, "run_facts": 1, "history": 1, "changes": profiles,
-                                       "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1, "all": 1,
-                                       "total": len(cells) + 3 * profiles + 7 + sum(environment_jobs.values())}
+    return {**environment_jobs, "cell": len(cells), "tables": profiles, "plots": profiles, "departures": 1,
+            "run_facts": 1, "history": 1, "changes": profiles, "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1,
+            "all": 1, "total": len(cells) + 3 * profiles + 7 + sum(environment_jobs.values())}, stacks
+
+
+@pytest.mark.parametrize("runtime", ["podman", "host"])
+@pytest.mark.parametrize("suite, accelerator", [("paper", "gpu"), ("tiny", "cpu")])
+def test_a_plan_has_every_cell_of_the_suite(tmp_path, suite, accelerator, runtime):
+    found = plan("-n", "--cores", "all", "--config", f"suite={suite}", f"accelerator={accelerator}",
+                 f"runtime={runtime}", f"results_dir={tmp_path}")
+    assert found.ok, found.log[-3000:]
+    expected, stacks = expected_jobs(suite, accelerator, runtime)
+    assert found.counts() == expected
+    image_rule = "stack_image" if runtime == "podman" else "environment"
+    assert sorted(path for rule, outputs, _ in found.jobs if rule == image_rule for path in outputs) == sorted(
+        str(tmp_path / ("images" if runtime == "podman" else "environments") / f"{stack}.{accelerator}.json")
+        for stack in stacks)
+
+
+@pytest.mark.workflow
+def test_the_snakemake_command_dry_runs_the_tiny_suite(tmp_path):
+    """The CLI smoke of the plans above: the real command prints the same job counts and each stack's lock."""
+    proc = snakemake("-n", "--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman",
+                     f"results_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout
+    expected, stacks = expected_jobs("tiny", "cpu", "podman")
+    assert job_counts(proc.stdout) == expected
     for stack in stacks:
-        assert f"envs/{stack}.{accelerator}.lock" in proc.stdout
+        assert f"envs/{stack}.cpu.lock" in proc.stdout
 
 
+@pytest.mark.workflow
 def test_not_applicable_cells_reach_the_table_without_an_environment(tmp_path):
-    proc = snakemake("--cores", "1", "--config", "suite=tiny", "accelerator=cpu", f"results_dir={tmp_path}",
-                     "models=[sam]", "frameworks=[keras3-torch]",
-                     "not_applicable=[{framework: keras3-torch, model: sam, task: '*', reason: 'not on torch'}]")
+    """A run whose every cell is n/a builds nothing and fills its table: the reasons an overlay adds (keras3-torch,
+    Keras 2's SAM) and the shipped config's own (the Keras 2 LLMs: keras-nlp 0.12.1), in one real run."""
+    import yaml
+    overlay = tmp_path / "na.yaml"
+    overlay.write_text(yaml.safe_dump({"not_applicable": CONFIG["not_applicable"] + [
+        {"framework": "keras3-torch", "model": model, "task": "*", "reason": "not on torch"} for model in ("sam", "gemma")]
+        + [{"framework": "keras2", "model": "sam", "task": "*", "reason": "not here"}]}))
+    proc = snakemake("--cores", "1", "--configfile", str(overlay), "--config", "suite=tiny", "accelerator=cpu",
+                     f"results_dir={tmp_path / 'results'}", "models=[sam,gemma]", "frameworks=[keras3-torch,keras2]")
     assert proc.returncode == 0, proc.stdout
-    assert not (tmp_path / "environments").exists()
-    table = pd.read_csv(tmp_path / "tables" / "tiny" / "strict" / "ms_per_step.csv")
-    assert table["keras3-torch"].tolist() == ["n/a: not on torch", "n/a: not on torch"]
-
-
-def test_configured_not_applicable_rows_need_no_environment(tmp_path):
-    """The shipped config's n/a cells (Keras 2 LLMs, uncompiled LoRA fits) are filled in without building anything."""
-    proc = snakemake("--cores", "1", "--config", "suite=tiny", "accelerator=cpu", f"results_dir={tmp_path}",
-                     "models=[gemma]", "frameworks=[keras2]")
-    assert proc.returncode == 0, proc.stdout
-    assert not (tmp_path / "environments").exists() and not (tmp_path / "images").exists()
-    table = pd.read_csv(tmp_path / "tables" / "tiny" / "strict" / "ms_per_step.csv")
-    assert table["keras2"].str.startswith("n/a: keras-nlp 0.12.1").all() and len(table) == 3
+    assert not (tmp_path / "results" / "environments").exists() and not (tmp_path / "results" / "images").exists()
+    table = pd.read_csv(tmp_path / "results" / "tables" / "tiny" / "strict" / "ms_per_step.csv")
+    assert (table["keras3-torch"] == "n/a: not on torch").all() and len(table) == 5
+    sam, gemma = table[table.model == "sam"], table[table.model == "gemma"]
+    assert (sam["keras2"] == "n/a: not here").all() and len(sam) == 2
+    assert gemma["keras2"].str.startswith("n/a: keras-nlp 0.12.1").all() and len(gemma) == 3
 
 
 TINY = ["--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman"]
@@ -64,14 +86,15 @@ def up_to_date_template(tmp_path_factory):
     copy = tmp_path_factory.mktemp("workflow")
     for name in ("Snakefile", "config.yaml", "rules", "schemas", "envs", "scripts", "containers"):
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, copy / name)
-    summary = snakemake("--summary", *TINY, cwd=copy).stdout.splitlines()
-    for line in summary[summary.index(next(l for l in summary if l.startswith("output_file"))) + 1:]:
-        output = copy / line.split("\t")[0]
+    every = plan("-n", "--forceall", *TINY, cwd=copy)
+    assert every.ok, every.log[-3000:]
+    for path in every.outputs():
+        output = copy / path
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text("{}")
     # mtimes in DAG order and every job's metadata (params, input checksums), as a finished run leaves them
-    assert snakemake("--touch", "--forceall", *TINY, cwd=copy).returncode == 0
-    assert "Nothing to be done" in snakemake("-n", *TINY, cwd=copy).stdout
+    assert plan("--touch", "--forceall", *TINY, cwd=copy).ok
+    assert plan("-n", *TINY, cwd=copy).nothing_to_do
     return copy
 
 
@@ -87,8 +110,8 @@ def edit(path):
     path.write_text(path.read_text() + "\n# changed\n")
 
 
-def planned_cells(plan: str) -> list[str]:
-    return [path for path in re.findall(r"output: (\S+)", plan) if path.startswith("results/cells/")]
+def planned_cells(planned) -> list[str]:
+    return planned.outputs("results/cells/")
 
 
 def runnable_cells(**where) -> list[str]:
@@ -101,15 +124,15 @@ def runnable_cells(**where) -> list[str]:
 def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_tables(up_to_date):
     lock = up_to_date / "envs" / "keras3-jax.cpu.lock"
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
-    plan = snakemake("-n", *TINY, cwd=up_to_date).stdout
+    bumped = plan("-n", *TINY, cwd=up_to_date)
     cells = runnable_cells(stack="keras3-jax")
     # one profile configured: one tables job; the new cells join the history, its changes and the first page; the
     # JAX-against-NumPy job runs in the keras3-jax image too
-    assert job_counts(plan) == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
+    assert bumped.counts() == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
                                 "history": 1, "changes": 1, "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1,
                                 "all": 1, "total": len(cells) + 10}
-    assert "results/images/keras3-jax.cpu.json" in re.findall(r"output: (\S+)", plan)
-    assert sorted(planned_cells(plan)) == cells
+    assert "results/images/keras3-jax.cpu.json" in bumped.outputs()
+    assert sorted(planned_cells(bumped)) == cells
 
 
 def test_a_changed_lock_digest_alone_reruns_that_stacks_cells(up_to_date):
@@ -119,22 +142,22 @@ def test_a_changed_lock_digest_alone_reruns_that_stacks_cells(up_to_date):
     stat = lock.stat()
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
     os.utime(lock, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    plan = snakemake("-n", *TINY, "--rerun-triggers", "params", cwd=up_to_date).stdout
-    assert sorted(planned_cells(plan)) == runnable_cells(stack="keras3-torch")
-    assert "Params have changed since last execution" in plan
+    planned = plan("-n", *TINY, "--rerun-triggers", "params", cwd=up_to_date)
+    assert sorted(planned_cells(planned)) == runnable_cells(stack="keras3-torch")
+    reasons = {reason for rule, _, reason in planned.jobs if rule == "cell"}
+    assert all("Params have changed since last execution" in reason for reason in reasons), reasons
 
 
 @pytest.mark.parametrize("adapter", ["keras3", "native_torch", "keras2"])
 def test_a_changed_adapter_reruns_exactly_its_columns(up_to_date, adapter):
     edit(up_to_date / "scripts" / "kbench" / "adapters" / f"{adapter}.py")
-    plan = snakemake("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date).stdout
-    assert sorted(planned_cells(plan)) == runnable_cells(adapter=adapter)
+    planned = plan("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date)
+    assert sorted(planned_cells(planned)) == runnable_cells(adapter=adapter)
 
 
 def test_more_repeats_run_only_the_new_repeats(up_to_date):
     """repeats 1 -> 2: every cell gets a second fresh process; the first repeats stand."""
-    plan = snakemake("-n", *TINY, "repeats=2", cwd=up_to_date).stdout
-    planned = planned_cells(plan)
+    planned = planned_cells(plan("-n", *TINY, "repeats=2", cwd=up_to_date))
     assert planned and all(path.endswith(".r2.json") for path in planned)
     assert len(planned) == len(matrix.cells({**CONFIG, "accelerator": "cpu"}, "tiny"))
 
@@ -143,8 +166,8 @@ def test_more_repeats_run_only_the_new_repeats(up_to_date):
 def test_operational_settings_rerun_nothing(up_to_date, setting):
     """A timeout or a container limit does not change what a finished cell measured: no rerun (every trigger on)."""
     (up_to_date / "operational.yaml").write_text(setting + "\n")
-    plan = snakemake("-n", *TINY, "--configfile", "operational.yaml", cwd=up_to_date).stdout
-    assert "Nothing to be done" in plan, plan[-2000:]
+    planned = plan("-n", *TINY, "--configfile", "operational.yaml", cwd=up_to_date)
+    assert planned.nothing_to_do, planned.jobs[:3]
 
 
 def test_a_version_bump_reruns_every_repeat_of_that_stacks_cells(up_to_date_template, tmp_path):
@@ -154,10 +177,10 @@ def test_a_version_bump_reruns_every_repeat_of_that_stacks_cells(up_to_date_temp
     for first in (workflow / "results" / "cells").rglob("*.r1.json"):
         for r in (2, 3):
             shutil.copy(first, first.with_name(first.name.replace(".r1.json", f".r{r}.json")))
-    assert snakemake("--touch", "--forceall", *TINY, "repeats=3", cwd=workflow).returncode == 0
+    assert plan("--touch", "--forceall", *TINY, "repeats=3", cwd=workflow).ok
     lock = workflow / "envs" / "keras3-jax.cpu.lock"
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
-    planned = sorted(planned_cells(snakemake("-n", *TINY, "repeats=3", cwd=workflow).stdout))
+    planned = sorted(planned_cells(plan("-n", *TINY, "repeats=3", cwd=workflow)))
     expected = sorted(path.replace(".r1.json", f".r{r}.json") for path in runnable_cells(stack="keras3-jax")
                       for r in (1, 2, 3))
     assert planned == expected
@@ -165,10 +188,11 @@ def test_a_version_bump_reruns_every_repeat_of_that_stacks_cells(up_to_date_temp
 
 def test_a_changed_timer_reruns_every_runnable_cell(up_to_date):
     edit(up_to_date / "scripts" / "kbench" / "timing.py")
-    plan = snakemake("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date).stdout
-    assert sorted(planned_cells(plan)) == runnable_cells()
+    planned = plan("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date)
+    assert sorted(planned_cells(planned)) == runnable_cells()
 
 
+@pytest.mark.workflow
 def test_lint_finds_nothing_but_the_cell_launchers_own_containers():
     """`snakemake --lint` may only ask for a conda environment or container per rule: by design every rule runs in
     the driver's venv or launches its own container (rule cell). Snakemake 9.27's CLI ignores --lint's json format,
@@ -190,10 +214,10 @@ def test_lint_finds_nothing_but_the_cell_launchers_own_containers():
 def test_a_gpu_dry_run_on_a_host_without_a_gpu_plans_and_says_the_preflight_would_stop_it(tmp_path):
     """Planned silently for a cluster's submit host, but one line says a real run here would not get past the
     preflight, and why (this machine has no NVIDIA driver); a CPU dry run says nothing of the kind."""
-    gpu = snakemake("-n", "--cores", "1", "--config", "models=[bert]", f"results_dir={tmp_path}")
-    assert gpu.returncode == 0, gpu.stdout
-    notes = [line for line in gpu.stdout.splitlines() if line.startswith("note: dry run only")]
+    gpu = plan("-n", "--cores", "1", "--config", "models=[bert]", f"results_dir={tmp_path}")
+    assert gpu.ok, gpu.log[-3000:]
+    notes = [line for line in gpu.log.splitlines() if line.startswith("note: dry run only")]
     assert len(notes) == 1 and "no NVIDIA driver here (`nvidia-smi` is not on PATH)" in notes[0]
-    cpu = snakemake("-n", "--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "models=[bert]",
-                    f"results_dir={tmp_path}")
-    assert cpu.returncode == 0 and "note: dry run only" not in cpu.stdout
+    cpu = plan("-n", "--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "models=[bert]",
+               f"results_dir={tmp_path}")
+    assert cpu.ok and "note: dry run only" not in cpu.log

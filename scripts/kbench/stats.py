@@ -27,7 +27,13 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from scipy import stats as scipy_stats
+
+def _scipy_stats():
+    """scipy.stats, imported where a statistic needs it: the Snakefile imports this module through kbench.tables at
+    every start, and scipy costs about 1.5 s of CPU to import."""
+    from scipy import stats
+    return stats
+
 
 CONFIDENCE = 0.95
 SIGNIFICANCE = 0.05
@@ -58,7 +64,7 @@ def t_interval(values: list[float], centre: float | None = None) -> tuple[float,
     """Student's t interval of the mean of `values` (around `centre` where given: an exact mean of unequal parts)."""
     n = len(values)
     centre = statistics.fmean(values) if centre is None else centre
-    half = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    half = _scipy_stats().t.ppf((1 + CONFIDENCE) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
     return centre - half, centre + half
 
 
@@ -88,7 +94,7 @@ def welch_p(old: list[float], new: list[float]) -> float:
     """Two-sided p-value of Welch's t-test on two runs' repeat means (2 or more each)."""
     if statistics.pstdev(old) == statistics.pstdev(new) == 0:     # no spread at all: equal or certainly different
         return 1.0 if statistics.fmean(old) == statistics.fmean(new) else 0.0
-    return float(scipy_stats.ttest_ind(old, new, equal_var=False).pvalue)
+    return float(_scipy_stats().ttest_ind(old, new, equal_var=False).pvalue)
 
 
 def testable(a: Estimate, b: Estimate) -> bool:
@@ -101,7 +107,7 @@ def adjusted(p_values: list[float]) -> list[float]:
     changes among those reported at 5%, however many cells are tested."""
     if not p_values:
         return []
-    return [float(q) for q in scipy_stats.false_discovery_control(p_values, method="bh")]
+    return [float(q) for q in _scipy_stats().false_discovery_control(p_values, method="bh")]
 
 
 def interval_verdict(a: Estimate, b: Estimate, different: str) -> str:
