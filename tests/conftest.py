@@ -3,13 +3,15 @@ Snakemake CLI on dry runs and the synthetic stack) or, unmarked, `unit` (in this
 no container, no network). A unit test that starts the Snakemake CLI fails: plan in process with tests/dag.py, or
 mark the test `workflow`."""
 import copy
-import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+import prebuild
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -60,20 +62,12 @@ def snakemake(*args, cwd=REPO, timeout=1800, env=None, equivalence=False):
 
 
 @pytest.fixture(scope="session")
-def podman_base(tmp_path_factory) -> Path:
-    """The base image, built once per test session by the workflow's own rule (mmdebstrap and podman import, about
-    a minute); every podman run here starts its results folder with that record (seed_base), as Snakemake finds a
-    finished output, instead of building the same base again."""
-    results = tmp_path_factory.mktemp("base")
-    proc = snakemake(str(results / "images" / "base.json"), "--cores", "1", "--config", "suite=tiny",
-                     "accelerator=cpu", "runtime=podman", f"results_dir={results}")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return results / "images"
-
-
-def seed_base(base_images: Path, results: Path) -> None:
-    """A results folder that holds the session's base record (and its history), times kept."""
-    (results / "images").mkdir(parents=True, exist_ok=True)
-    for name in ("base.json", "base.history.json"):
-        if (base_images / name).exists():
-            shutil.copy2(base_images / name, results / "images" / name)
+def built(tmp_path_factory) -> Path:
+    """A results folder holding the e2e tier's images and venvs (tests/prebuild.py): the test command's background
+    build where KBENCH_TEST_IMAGES names it, else one built here on first use. Each run seeds its own results folder
+    from it (prebuild.seed)."""
+    if os.environ.get("KBENCH_TEST_IMAGES"):
+        return prebuild.wait(Path(os.environ["KBENCH_TEST_IMAGES"]))
+    folder = tmp_path_factory.mktemp("prebuild")
+    prebuild.build(folder)
+    return folder / "results"

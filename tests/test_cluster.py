@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE, seed_base, snakemake
+import prebuild
+from conftest import REPO, SNAKEMAKE, snakemake
 from kbench import cell, launch, records
 from test_faults import cell_of, fault_workflow, podman_containers, record
 
@@ -40,27 +41,13 @@ def cells(results: Path) -> list[cell.CellResult]:
     return [cell.read(p) for p in sorted((results / "cells").rglob("*.json")) if "attempts" not in p.parts]
 
 
-TINY = ["--config", "suite=tiny", "accelerator=cpu", "precisions=[float32]"]
-
-
-@pytest.fixture(scope="module")
-def images(tmp_path_factory, podman_base):
-    """A results folder whose keras3-jax and native-torch images are built (podman), for the SLURM run."""
-    results = tmp_path_factory.mktemp("cluster-results")
-    seed_base(podman_base, results)
-    targets = [str(results / "images" / f"{stack}.cpu.json") for stack in ("keras3-jax", "native-torch")]
-    proc = snakemake(*targets, "--cores", "all", *TINY, "runtime=podman", f"results_dir={results}")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return results
-
-
 @docker_up()
-def test_docker_runs_cells_in_the_image_podman_built(tmp_path, podman_base):
+def test_docker_runs_cells_in_the_image_podman_built(tmp_path, built):
     """runtime docker: the image goes podman -> docker-archive -> docker load, keeps its ID, and cells run in it
     by that ID without a network. The synthetic stack (its image a tenth of a framework's: the transfer is what this
     tests, and the runner in it is the one every column runs)."""
     options = fault_workflow(tmp_path, {"ok": {}}) + ["--config", "runtime=docker"]
-    seed_base(podman_base, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results")
     proc = snakemake(*options, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     images = tmp_path / "results" / "images"
@@ -76,12 +63,12 @@ def test_docker_runs_cells_in_the_image_podman_built(tmp_path, podman_base):
         assert log.split()[-6] == podman_record["id"]                 # started by image ID, not by tag
 
 
-def test_a_node_without_the_image_loads_it_from_the_shipped_archive(tmp_path, podman_base):
+def test_a_node_without_the_image_loads_it_from_the_shipped_archive(tmp_path, built):
     """ship_images: the cell job finds no image in its node's storage (removed here) and loads the OCI archive the
     submit host wrote; the loaded image has the recorded ID and the cell runs in it."""
     options = fault_workflow(tmp_path, {"ok": {}})
     options += ["--config", "runtime=podman", "ship_images=True"]
-    seed_base(podman_base, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results")
     image_record = tmp_path / "results/images/synthetic.cpu.json"
     # the submit host builds the image and its archive; the node (here the same machine) then lacks the image
     built = snakemake("results/images/synthetic.cpu.json", "results/images/synthetic.cpu.oci.tar", *options,
@@ -112,32 +99,37 @@ SLURM = ["--profile", str(REPO / "profiles" / "slurm"), "--set-threads", "cell=1
 
 
 @slurm_up()
-def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(images, tmp_path):
-    """The tiny BERT cells of two stacks (float32), each one SLURM job with one GPU; images built on the
-    submit host (local rules) and loaded on the node from their archives where missing. The anchor profile, so that
-    no strict cell another run left in this results folder stands in for a SLURM job (a finished cell is not rerun
-    on another runtime)."""
+def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(tmp_path, built):
+    """The synthetic stack's cells in two columns (fit and predict), each one SLURM job with one GPU, in the image
+    the submit host built (local rules); and the JAX-against-NumPy job (keras3-jax selected, its cells n/a here), the
+    one job besides cells that runs on a node. The columns' real images run in the e2e podman run: here SLURM's
+    plumbing is what is tested."""
     before = set(squeue_states())
+    options = fault_workflow(tmp_path, {"first": {}, "second": {}}, timeout_minutes=5)
     # the JAX-against-NumPy job at a few small sizes: here it shows where the job runs; what it measures is the e2e
     # podman run's
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump({"jax_numpy": {"suites": {"tiny": {
-        "steps": {"warmup": 1, "timed": 4, "blocks": 2}, "mlp_widths": [16, 32, 4],
-        "sizes": {"matmul": [64], "elementwise": [1000], "reduction": [64], "mlp": [8]}}}}}))
-    # ship_images off: this one node has the images already, and archiving 9 GB of them costs CI minutes (the
-    # archive path runs in the scancel test below and in test_a_node_without_the_image_loads_it...)
-    proc = snakemake(*SLURM, "--configfile", str(overlay), *TINY, "runtime=podman", f"results_dir={images}",
-                     "models=[bert]", "frameworks=[keras3-jax,native-torch-eager]", "profiles=[anchor]", "ship_images=False",
-                     timeout=3000)
+    overlay.write_text(yaml.safe_dump({
+        "frameworks": ["first", "second", "keras3-jax"],
+        "not_applicable": [{"framework": "keras3-jax", "model": "synthetic", "task": "*",
+                            "reason": "the synthetic model has no Keras 3 build"}],
+        "jax_numpy": {"enabled": True, "suites": {"tiny": {
+            "steps": {"warmup": 1, "timed": 4, "blocks": 2}, "mlp_widths": [16, 32, 4],
+            "sizes": {"matmul": [64], "elementwise": [1000], "reduction": [64], "mlp": [8]}}}}}))
+    options.insert(options.index("--configfile") + 2, str(overlay))
+    prebuild.seed(built, tmp_path / "results")
+    # ship_images off: this one node has the images already (the archive path runs in the scancel test below and in
+    # test_a_node_without_the_image_loads_it...)
+    proc = snakemake(*SLURM, *options, "--config", "runtime=podman", "ship_images=False", cwd=tmp_path, timeout=3000)
     jobs = [line for line in squeue_states() if line not in before]
     print("SLURM jobs of this run:", *jobs, sep="\n  ")
     assert proc.returncode == 0, proc.stdout[-5000:]
-    found = [r for r in cells(images) if r.provenance.get("launcher", {}).get("slurm_job_id")]
+    found = [r for r in cells(tmp_path / "results") if r.provenance.get("launcher", {}).get("slurm_job_id")]
     assert len(found) == 4 and {r.status for r in found} == {"ok"}, [(r.cell_id, r.error) for r in found]
     cell_jobs = [line for line in jobs if "rule_cell" in line]
     assert len(cell_jobs) == 4 and all(line.split()[1] == "COMPLETED" for line in cell_jobs)
-    # images and tables ran on the submit host; the JAX-against-NumPy job (keras3-jax selected) runs on a node, as a
-    # cell does: on a GPU cluster its JAX is the node's GPU
+    # images and tables ran on the submit host; the JAX-against-NumPy job runs on a node, as a cell does: on a GPU
+    # cluster its JAX is the node's GPU
     others = [line for line in jobs if "rule_cell" not in line]
     assert len(others) == 1 and "rule_jax_numpy" in others[0] and others[0].split()[1] == "COMPLETED", others
     for result in found:
@@ -145,18 +137,18 @@ def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(images, 
         assert launcher["slurm_job_id"] in {line.split()[0] for line in cell_jobs}
         assert launcher["node"] == subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
         assert launcher["gpus_allocated"] in (["0"], ["1"]) and len(launcher["cpus_allocated"]) == 1
-        log = (images / "logs" / "cells" / f"{result.cell_id}.r1.log").read_text().splitlines()[0]
+        log = (tmp_path / "results" / "logs" / "cells" / f"{result.cell_id}.r1.log").read_text().splitlines()[0]
         assert "--memory=6000m" in log and f"--cpuset-cpus={launcher['cpus_allocated'][0]}" in log
-    assert (images / "tables" / "tiny" / "anchor" / "ms_per_step.csv").exists()
+    assert (tmp_path / "results" / "tables" / "tiny" / "strict" / "ms_per_step.csv").exists()
 
 
 @slurm_up()
-def test_scancel_of_a_running_cell_job_removes_its_container_and_the_cell_is_redone(tmp_path, podman_base):
+def test_scancel_of_a_running_cell_job_removes_its_container_and_the_cell_is_redone(tmp_path, built):
     """A cell that builds for 40 s is cancelled while it runs: SLURM signals the job's processes, the launcher
     removes the container (whose processes SLURM does not track), the run reports the job failed, and a rerun redoes
     the cell."""
     options = fault_workflow(tmp_path, {"slow": {"KBENCH_SYNTHETIC_BUILD_S": "40"}}, timeout_minutes=5)
-    seed_base(podman_base, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results")
     target = str(cell_of(tmp_path, "slow").relative_to(tmp_path))     # the fit cell alone
     options = [target, *options, "--config", "runtime=podman"]
     driver = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *SLURM, *options],
@@ -178,6 +170,9 @@ def test_scancel_of_a_running_cell_job_removes_its_container_and_the_cell_is_red
     assert driver.returncode != 0 and f"SLURM-job '{job}' failed, SLURM status is: 'CANCELLED'" in output
     assert not cell_of(tmp_path, "slow").exists()
 
+    fast = tmp_path / "fast.yaml"      # the redo needs no slow build (the cell reruns: it has no record)
+    fast.write_text(yaml.safe_dump({"framework_defs": {"slow": {"env": {"KBENCH_SYNTHETIC_BUILD_S": "0"}}}}))
+    options.insert(options.index("--configfile") + 2, str(fast))
     redo = snakemake(*SLURM, *options, cwd=tmp_path, timeout=1200)
     assert redo.returncode == 0, redo.stdout[-3000:]
     assert record(cell_of(tmp_path, "slow"))["status"] == "ok"

@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from conftest import CONFIG, REPO, seed_base, snakemake
+import prebuild
+from conftest import CONFIG, REPO, snakemake
 from kbench import flops, launch, matrix, records
 
 CPU_CONFIG = {**copy.deepcopy(CONFIG), "accelerator": "cpu"}
@@ -302,11 +303,11 @@ def e2e_cases():
 
 
 @pytest.fixture(scope="module")
-def native_torch_image(tmp_path_factory, podman_base):
-    """The native-torch podman image record, built through the workflow (podman's layer cache makes it quick where
-    the image was built before)."""
+def native_torch_image(tmp_path_factory, built):
+    """The native-torch podman image record (the session's, conftest.built; built through the workflow where it is
+    missing)."""
     results = tmp_path_factory.mktemp("results-flops")
-    seed_base(podman_base, results)
+    prebuild.seed(built, results)
     target = results / records.path("podman", matrix.stack_of(CPU_CONFIG, "native-torch-eager"), "cpu")
     proc = snakemake(str(target), "--cores", "all", "--config", "accelerator=cpu", "runtime=podman",
                      f"results_dir={results}", timeout=3600)

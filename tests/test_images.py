@@ -69,9 +69,45 @@ def test_a_stack_build_holds_the_hosts_build_lock_and_refuses_a_leaked_intermedi
             return json.dumps([{"comment": c} for c in history])
         return json.dumps([{"Id": "c" * 64, "Digest": None, "Size": 1}])
     monkeypatch.setattr(images, "podman", podman)
+    monkeypatch.setattr(images, "labels_of", lambda image: None)        # no such image yet
     info = images.build_stack("synthetic", "cpu", base, 0, tmp_path / "uv", tmp_path / "synthetic.json")
     assert held == [True] and info["id"] == "sha256:" + "c" * 64 and (tmp_path / "synthetic.json").exists()
     history.append("FROM docker.io/library/0f3e2d1c-tmp:latest")
     with pytest.raises(images.UnreproducibleImage):
         images.build_stack("synthetic", "cpu", base, 0, tmp_path / "uv", tmp_path / "again.json")
     assert not (tmp_path / "again.json").exists()
+
+
+def test_an_image_built_from_the_same_inputs_is_recorded_without_a_build_or_the_lock(monkeypatch, tmp_path):
+    """The fast path: the tag exists and its labels are this build's (lock, recipe, base, epoch): recorded again with
+    no build and without waiting for the host's build lock; labels from another base mean a build, under the lock."""
+    lock = tmp_path / "build.lock"
+    host_lock = images.one_build_at_a_time
+    monkeypatch.setattr(images, "one_build_at_a_time", lambda: host_lock(lock))
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"id": "sha256:" + "b" * 64}))
+    builds = []
+
+    def podman(*args, capture=False):
+        if args[0] == "build":
+            builds.append(args)
+            return ""
+        if "{{json .History}}" in args:
+            return "[]"
+        return json.dumps([{"Id": "c" * 64, "Digest": None, "Size": 1}])
+    monkeypatch.setattr(images, "podman", podman)
+    lock_sha = images.envs.sha256_file(images.REPO / "envs" / "synthetic.cpu.lock")
+    existing = images.build_labels(lock_sha, "sha256:" + "b" * 64, 0)
+    monkeypatch.setattr(images, "labels_of", lambda image: existing)
+    done = []
+    with images.one_build_at_a_time():          # another stack's build holds the lock: the fast path does not wait
+        worker = threading.Thread(target=lambda: done.append(images.build_stack(
+            "synthetic", "cpu", base, 0, tmp_path / "uv", tmp_path / "synthetic.json")))
+        worker.start()
+        worker.join(timeout=5)
+        assert done, "the build of an image that exists waited for the build lock"
+    assert builds == [] and done[0]["lock_sha256"] == lock_sha and (tmp_path / "synthetic.json").exists()
+
+    monkeypatch.setattr(images, "labels_of", lambda image: {**existing, "kbench.base_id": "sha256:" + "0" * 64})
+    images.build_stack("synthetic", "cpu", base, 0, tmp_path / "uv", tmp_path / "rebuilt.json")
+    assert len(builds) == 1 and f"--label=kbench.base_id=sha256:{'b' * 64}" in builds[0]

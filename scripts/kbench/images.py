@@ -12,8 +12,10 @@ however the builds are scheduled: podman builds on one host run one at a time (a
 commits each intermediate step under a random `<id>-tmp` name and the next step records its base by the image's
 first name; every stack's first steps give the same intermediate image (same base, same bootstrap lock), so a build
 running beside another could write the other's temporary name into its history, and so into its image ID. An image
-whose history still names a `-tmp` intermediate is refused. The tag derives from the lock's digest. Records are what
-cells depend on (and what their JSON names).
+whose history still names a `-tmp` intermediate is refused. The tag derives from the lock's digest, and the image
+carries what it was built from as labels (lock, recipe, base, epoch): an image that exists with the same labels is
+recorded again without a build and without waiting for the build lock. Records are what cells depend on (and what
+their JSON names).
 """
 from __future__ import annotations
 
@@ -137,12 +139,26 @@ def stack_tag(stack: str, accelerator: str, lock_sha256: str) -> str:
     return f"localhost/kbench/{stack}:{accelerator}-{lock_sha256.removeprefix('sha256:')[:16]}"
 
 
+def build_labels(lock_sha256: str, base_id: str, epoch: int) -> dict[str, str]:
+    """What a stack image is made of: the same labels on an existing image mean the same build inputs."""
+    return {"kbench.lock_sha256": lock_sha256, "kbench.recipe_sha256": envs.sha256_file(RECIPE),
+            "kbench.base_id": base_id, "kbench.epoch": str(epoch)}
+
+
+def labels_of(image: str) -> dict[str, str] | None:
+    """The image's labels, or None where podman has no such image."""
+    proc = subprocess.run(["podman", "image", "inspect", "--format", "{{json .Labels}}", image],
+                          env=launch.process_env("podman"), capture_output=True, text=True)
+    return (json.loads(proc.stdout) or {}) if proc.returncode == 0 else None
+
+
 def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cache: Path, tag: str,
-                  no_cache: bool = False, context: Path = REPO / "envs") -> list[str]:
+                  no_cache: bool = False, context: Path = REPO / "envs", labels: dict[str, str] | None = None
+                  ) -> list[str]:
     """context: the folder the recipe copies the locks from (envs/, or one holding another lock under the stack's
     name)."""
     return ["build", "--quiet", *(["--no-cache"] if no_cache else []), "--network", "host", "--timestamp", str(epoch),
-            "--file", str(RECIPE),
+            *(f"--label={key}={value}" for key, value in (labels or {}).items()), "--file", str(RECIPE),
             "--build-arg", f"BASE_IMAGE={base_id}", "--build-arg", f"STACK={stack}",
             "--build-arg", f"ACCELERATOR={accelerator}", "--build-arg", f"SOURCE_DATE_EPOCH={epoch}",
             # PyPI through the host's trust store and a shared download cache, during the build only
@@ -160,18 +176,21 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
     lock_sha = envs.sha256_file(lock)
     base = records.read(base_record)
     tag = tag or stack_tag(stack, accelerator, lock_sha)
-    uv_cache.mkdir(parents=True, exist_ok=True)
+    labels = build_labels(lock_sha, base["id"], epoch)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, one_build_at_a_time():
-        context = REPO / "envs"
-        if lock.resolve() != (context / f"{stack}.{accelerator}.lock").resolve():
-            context = Path(tmp)
-            for source, name in ((REPO / "envs" / "bootstrap.lock", "bootstrap.lock"),
-                                 (lock, f"{stack}.{accelerator}.lock")):
-                (context / name).write_bytes(source.read_bytes())
-                (context / name).chmod(0o644)       # as a checkout's files: COPY keeps the mode
-        podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache, context),
-               capture=True)
+    # the fast path: this image exists, built from the same inputs (no build, so no wait behind another stack's)
+    if no_cache or labels_of(tag) != labels:
+        uv_cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp, one_build_at_a_time():
+            context = REPO / "envs"
+            if lock.resolve() != (context / f"{stack}.{accelerator}.lock").resolve():
+                context = Path(tmp)
+                for source, name in ((REPO / "envs" / "bootstrap.lock", "bootstrap.lock"),
+                                     (lock, f"{stack}.{accelerator}.lock")):
+                    (context / name).write_bytes(source.read_bytes())
+                    (context / name).chmod(0o644)       # as a checkout's files: COPY keeps the mode
+            podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache, context,
+                                  labels), capture=True)
     check_reproducible(tag)
     shown = lock.resolve().relative_to(REPO) if lock.resolve().is_relative_to(REPO) else lock.resolve()
     info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),

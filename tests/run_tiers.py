@@ -1,0 +1,75 @@
+"""The README's test command: every tier, one after the other, each tier's wall time and the machine's CPU use
+measured system-wide (/proc/stat: what containers and their conmon run counts too, not only pytest's children).
+
+    .venv/bin/python tests/run_tiers.py [unit] [workflow] [e2e] [-- PYTEST ARGS]     (default: every tier)
+
+With the e2e tier selected, the images and venvs it runs in are built in the background from the start
+(tests/prebuild.py, log in $KBENCH_TEST_IMAGES/build.log), while the unit and workflow tiers run. Every tier runs
+even when one before it failed; the exit status is that of the first tier that failed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TIERS = ("unit", "workflow", "e2e")
+PYTEST = [sys.executable, "-m", "pytest", "-v", "-rs", "--durations=15"]
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU since boot: busy is everything but idle and iowait."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+class Span:
+    """Wall time and system-wide CPU use between its start and stop."""
+
+    def __init__(self):
+        self.started, self.ticks = time.monotonic(), cpu_ticks()
+
+    def stop(self) -> str:
+        busy, total = (now - then for now, then in zip(cpu_ticks(), self.ticks))
+        wall = time.monotonic() - self.started
+        cores = os.cpu_count() or 1
+        share = busy / total if total else 0.0
+        return (f"{wall:7.0f} s wall, CPU {100 * share:3.0f}% busy system-wide "
+                f"({share * wall * cores / 60:.1f} of {wall * cores / 60:.1f} core-minutes)")
+
+
+def main(argv: list[str]) -> int:
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    chosen = [t for t in (argv[:argv.index("--")] if "--" in argv else argv)] or list(TIERS)
+    unknown = sorted(set(chosen) - set(TIERS))
+    if unknown:
+        print(f"run_tiers: unknown tier {unknown[0]!r}; allowed: {', '.join(TIERS)}", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    builder = None
+    if "e2e" in chosen and not env.get("KBENCH_TEST_IMAGES"):
+        folder = Path(tempfile.mkdtemp(prefix="kbench-test-images-"))
+        env["KBENCH_TEST_IMAGES"] = str(folder)
+        log = open(folder / "build.log", "w")
+        builder = subprocess.Popen([sys.executable, str(REPO / "tests" / "prebuild.py"), str(folder)], cwd=REPO,
+                                   stdout=log, stderr=subprocess.STDOUT, env=env)
+        print(f"run_tiers: building the e2e images in the background (log: {folder / 'build.log'})", flush=True)
+    whole, report, status = Span(), [], 0
+    for tier in (t for t in TIERS if t in chosen):
+        span = Span()
+        code = subprocess.run([*PYTEST, "-m", tier, *extra], cwd=REPO, env=env).returncode
+        report.append(f"{tier:9s} {span.stop()}  exit {code}")
+        status = status or (code if code != 5 else 0)       # 5: the selection held no test
+        print(f"run_tiers: {report[-1]}", flush=True)
+    if builder:
+        builder.wait()
+    print("run_tiers: time per tier", *report, f"{'all':9s} {whole.stop()}", sep="\n  ")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
