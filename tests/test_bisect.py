@@ -277,3 +277,35 @@ def test_an_image_build_reads_the_lock_it_is_given_from_a_context_of_its_own():
     argv = images.build_command("synthetic", "cpu", "sha256:base", 1735689600, Path("/cache"), "t",
                                 context=Path("/tmp/ctx"))
     assert argv[-1] == "/tmp/ctx"
+
+
+def step(share, p_vs_old, p_vs_new):
+    return bisect.Step("g1", ["g1"], repeat_means=[1.0], estimate={"ms": 1.0}, share=share, p_vs_old=p_vs_old,
+                       p_vs_new=p_vs_new)
+
+
+def test_a_group_explains_the_change_only_told_from_old_and_in_its_direction():
+    """Told from old (p < alpha), moving the same way as the change, and not told from new (or moving most of it)."""
+    assert bisect.explains(step(0.9, 0.001, 0.6), 0.05)
+    assert bisect.explains(step(0.8, 0.001, 0.001), 0.05)         # told from new, but moves most of the change
+    assert not bisect.explains(step(0.6, 0.2, 0.3), 0.05)         # too noisy to tell from either endpoint
+    assert not bisect.explains(step(0.9, 0.06, 0.9), 0.05)        # a share that old's noise could give
+    assert not bisect.explains(step(-0.4, 0.001, 0.2), 0.05)      # moves the cell the other way
+    assert not bisect.explains(step(0.3, 0.001, 0.001), 0.05)     # a part: told from both, less than most
+
+
+def test_a_group_moves_part_only_from_a_tenth_of_the_change():
+    assert bisect.moves_part(step(0.3, 0.001, 0.001), 0.05)
+    assert not bisect.moves_part(step(0.05, 0.001, 0.001), 0.05)   # a false alarm's size, whatever its p-value
+    assert not bisect.moves_part(step(-0.3, 0.001, 0.001), 0.05)
+    assert not bisect.moves_part(step(0.3, 0.2, 0.001), 0.05)
+
+
+def test_a_noisy_step_or_a_small_one_is_never_named():
+    """g1's repeats spread over the whole change (p against old and new both large), g3 moves 5% of it: the verdict
+    names g2 and neither of the others, not even as moving part."""
+    bench = MadeUpBench({"old": OLD_MS, "new": NEW_MS, "g1": [8.0, 15.0, 22.0], "g2": [19.9, 20.1, 20.0],
+                         "g3": [10.5, 10.6, 10.4]})
+    verdict = bisect.decide(bench, 0.05)
+    assert (verdict.kind, verdict.groups) == ("group", ["g2"]), verdict.text
+    assert "also moving part" not in verdict.text, verdict.text

@@ -75,3 +75,43 @@ def test_the_published_table_names_the_float32_numbers_above_the_fp32_peak():
         "above the FP32 peak (19.5 TFLOP/s): not FP32 in native-torch-compiled, keras3-tensorflow, keras3-jax")
     assert "native-torch-eager 13.4" in table.at["bert fit bs32 float32", "implied TFLOP/s"]   # under the peak
     assert table.at["gemma fit bs8 bfloat16", "keras2"] == "NA"
+
+
+def test_the_headline_ties_only_the_columns_whose_intervals_overlap_the_fastests():
+    """keras3-tensorflow's interval overlaps keras3-jax's (a tie, not a loss); keras2's lies beyond it (a loss): only
+    the tie is 'not shown to differ'. The row's flags (an equivalence verdict among them) come along."""
+    row = {"model": "bert", "task": "fit", "batch_size": 32, "precision": "float32",
+           "ms": {"keras3-jax": 10.0, "keras3-tensorflow": 10.4, "keras2": 20.0}}
+    summary = summary_of([row], spread=0.05)
+    flags = pd.DataFrame({"params_parity": [""], "equivalence": ["keras2: differs: rel 3.1e-03 > 7.4e-06"]},
+                         index=pd.MultiIndex.from_tuples([("bert", "fit", 32, "float32")]))
+    found = first_page.headline(summary, ["keras2", "keras3-tensorflow", "keras3-jax"], flags).iloc[0]
+    assert found["fastest"] == "keras3-jax" and found["not shown to differ from it"] == "keras3-tensorflow"
+    assert found["flags"] == "equivalence: keras2: differs: rel 3.1e-03 > 7.4e-06"
+
+
+def test_keras3_beats_a_column_only_where_their_intervals_separate():
+    """Keras 2 30% slower than the best Keras 3 backend, but with intervals that overlap: not beaten (the page's
+    'beats' is a claim about the frameworks, not about one noisy number)."""
+    rows = [{"model": "bert", "task": task, "batch_size": 32, "precision": "float32",
+             "ms": {"keras3-jax": 100.0, "keras3-tensorflow": 110.0, "keras2": 130.0}} for task in ("fit", "predict")]
+    finding = FINDINGS["keras3_beatskeras2"]
+    table = first_page.finding_verdicts([finding], summary_of(rows, spread=0.2), KERAS3, [], "float32", True)
+    assert table.verdict.item() == "does not hold"
+    assert table["rests on"].item().startswith("0 of 2 rows: bert fit bs32 float32: keras3-jax +30% (not beyond)")
+    table = first_page.finding_verdicts([finding], summary_of(rows, spread=0.01), KERAS3, [], "float32", True)
+    assert table.verdict.item() == "holds" and table["rests on"].item().startswith("2 of 2 rows")
+
+
+def test_no_single_fastest_keras3_backend_reads_the_keras3_columns_only():
+    """A native column fastest in every row says nothing about the Keras 3 backends: here keras3-jax wins one row and
+    keras3-tensorflow the other, beyond their intervals, so no single Keras 3 backend is fastest everywhere."""
+    rows = [{"model": "bert", "task": "fit", "batch_size": 32, "precision": "float32",
+             "ms": {"native-torch-compiled": 50.0, "keras3-jax": 100.0, "keras3-tensorflow": 150.0}},
+            {"model": "bert", "task": "predict", "batch_size": 256, "precision": "float32",
+             "ms": {"native-torch-compiled": 50.0, "keras3-jax": 150.0, "keras3-tensorflow": 100.0}}]
+    table = first_page.finding_verdicts([FINDINGS["no_single_fastest_keras3"]], summary_of(rows), KERAS3, [],
+                                        "float32", True)
+    assert table.verdict.item() == "holds"
+    assert table["rests on"].item() == ("bert fit bs32 float32: keras3-jax; "
+                                        "bert predict bs256 float32: keras3-tensorflow")

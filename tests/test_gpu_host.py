@@ -104,3 +104,42 @@ def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_
     assert row.nvml_process_mib == 3072.0
     energy_table = tables.energy_table(summary)
     assert energy_table.iloc[0]["slowdowns seen"] == "power cap (software)" and energy_table.iloc[0]["mean W"] > 0
+
+
+class ThrottledOnce:
+    """An NVML whose clock-event reasons report a thermal slowdown on the first sample of the window only, and
+    idle after it (the slowdown came and went mid-window)."""
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def __init__(self):
+        self.reads = 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        self.reads += 1
+        return 0x20 if self.reads == 1 else 0x1
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        return 1000 * self.reads
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return 1980
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 61
+
+
+def test_a_slowdown_anywhere_in_the_window_is_reported_though_gone_at_its_end(monkeypatch):
+    """The window's reasons are OR-ed over every sample: a thermal slowdown seen only in the first sample still
+    flags the cell."""
+    import time
+    from kbench import gpu
+    monkeypatch.setattr(gpu, "SAMPLE_S", 0.001)
+    monitor = gpu.WindowMonitor()
+    monitor.nvml, monitor.handle = ThrottledOnce(), 0
+    monitor.start()
+    deadline = time.monotonic() + 5
+    while monitor.nvml.reads < 4 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    record = monitor.stop()
+    assert record["samples"] >= 3
+    assert record["slowdowns"] == ["thermal (software)"] and record["clock_event_reasons"] == 0x21

@@ -40,7 +40,7 @@ def test_a_run_and_its_archive_are_one_run_and_ingesting_twice_adds_nothing(pack
     assert (store / "cells.parquet").exists() and (store / "trend.parquet").exists()
 
 
-def test_a_bump_is_named_in_changes_and_one_query_prints_the_trend(tmp_path):
+def test_a_bump_is_named_in_changes_and_one_query_prints_the_trend(tmp_path, capsys):
     """Run 1 on keras 3.15.1; run 2 rebuilds the keras3-jax stack on 3.16.0, its fit 20% slower and predict the
     same; the native cells were not rerun (the same records)."""
     store = tmp_path / "history"
@@ -66,9 +66,14 @@ def test_a_bump_is_named_in_changes_and_one_query_prints_the_trend(tmp_path):
                             f"WHERE cell_id = '{JAX_FIT}' ORDER BY run_finished_utc").df()
     assert list(trend.packages_changed) == ["", "keras 3.15.1 -> 3.16.0"]
     assert trend.estimate_ms.iloc[1] / trend.estimate_ms.iloc[0] == pytest.approx(1.2)
-    printed = history.main(["--store", str(store), "query",
-                            f"SELECT estimate_ms, packages_changed FROM trend WHERE cell_id = '{JAX_FIT}'"])
+    capsys.readouterr()
+    printed = history.main(["--store", str(store), "query", "SELECT estimate_ms, packages_changed FROM trend "
+                            f"WHERE cell_id = '{JAX_FIT}' ORDER BY run_finished_utc"])
     assert printed == 0
+    lines = capsys.readouterr().out.splitlines()           # a Markdown table: header, rule, one row per point
+    rows = [[part.strip() for part in line.split("|")[1:-1]] for line in lines]
+    assert rows[0] == ["estimate_ms", "packages_changed"] and len(rows) == 4, lines
+    assert rows[2:] == [["101", ""], ["121.2", "keras 3.15.1 -> 3.16.0"]], lines      # 100, 101, 102 ms; 20% slower
     from kbench import first_page
     moved, said = first_page.latest_changes(store, "tiny", "strict")
     assert list(moved.cell) == [JAX_FIT] and "2 cells measured anew, 1 moved" in said
@@ -106,3 +111,34 @@ def test_one_repeat_a_side_reads_the_noise_band_not_a_test(tmp_path):
 def test_a_missing_history_is_named(tmp_path, capsys):
     assert history.main(["--store", str(tmp_path / "none"), "query", "SELECT 1"]) == 1
     assert "no history yet" in capsys.readouterr().err
+
+
+def test_a_runs_id_is_the_names_and_bytes_of_its_cell_records_only(tmp_path):
+    """From a results directory and from its archive: one id. A byte changed, a record renamed, two records' bytes
+    swapped: another run. What lies beside the cells (equivalence jobs, the archive's run.json, manifest and tables,
+    another suite's cells) and the order files are read in: not part of it."""
+    import tarfile
+    from types import SimpleNamespace
+    from kbench.archive import Run
+    fit, predict = (f"cells/tiny/strict/bert/{t}/float32/keras3-jax.r1.json" for t in ("fit/bs32", "predict/bs256"))
+    records = {fit: b'{"mean_ms": 100.0}', predict: b'{"mean_ms": 200.0}'}
+    beside = {"equivalence/tiny/strict/bert/keras3-jax.json": b"{}", "cells/paper/strict/x.r1.json": b"{}",
+              "run.json": b'{"suite": "tiny"}', "MANIFEST.sha256": b"", "tables/tiny/strict/ms_per_step.csv": b"a"}
+    results = tmp_path / "results"
+    for name, data in {**records, **beside}.items():
+        (results / name).parent.mkdir(parents=True, exist_ok=True)
+        (results / name).write_bytes(data)
+    archive = tmp_path / "tiny-run1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in {**records, **beside}:
+            tar.add(results / name, f"tiny-run1/{name}")
+    one = history.run_id(Run(results, "tiny"))
+    assert one.startswith("run-") and history.run_id(Run(archive)) == one
+
+    def run_id(files):
+        return history.run_id(SimpleNamespace(suite="tiny", files=files))
+    assert run_id(records) == run_id({**beside, **dict(reversed(records.items()))}) == one
+    assert run_id({**records, fit: b'{"mean_ms": 100.1}'}) != one
+    assert run_id({fit: records[fit], predict.replace(".r1.", ".r2."): records[predict]}) != one
+    assert run_id({fit: records[predict], predict: records[fit]}) != one
+    assert run_id({fit: records[fit]}) != one

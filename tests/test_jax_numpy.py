@@ -127,3 +127,23 @@ def test_the_study_is_planned_where_its_column_runs(config):
     assert not jax_numpy.planned({**config, "frameworks": ["keras2"]}, "tiny")
     job = jax_numpy.job({**config, "accelerator": "cpu"}, "tiny")
     assert job["workloads"] == config["jax_numpy"]["suites"]["tiny"]["sizes"] and job["env"]["KERAS_BACKEND"] == "jax"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("workload, size", [("matmul", 64), ("reduction", 64)])
+def test_a_non_finite_output_never_agrees(workload, size, bad):
+    """One NaN or infinite element in JAX's output (an overflow, a 0/0): a mismatch, never a speedup. NaN is the
+    sly one: its error is NaN, and max(0.0, nan) is 0.0."""
+    widths = [16, 32, 4]
+    same = jax_numpy.program(workload, np)
+
+    def broken(*arrays):
+        out = same(*arrays)
+        first = (out[-1] if isinstance(out, tuple) else out).copy()
+        first.flat[1] = bad
+        return (*out[:-1], first) if isinstance(out, tuple) else first
+    found = jax_numpy.run_size(workload, size, STEPS, np.random.default_rng(0), widths, broken, list, lambda out: None)
+    assert found["status"] == "mismatch" and found["rel"] == float("inf"), found
+    expected = np.ones(4, np.float32)
+    assert jax_numpy.relative_error(np.array([1, bad, 1, 1], np.float32), expected) == float("inf")
+    assert jax_numpy.relative_error((expected, np.array([bad, 1], np.float32)), (expected, np.ones(2))) == float("inf")

@@ -137,6 +137,63 @@ def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_pat
     assert result.params is None and result.timing is None
 
 
+@pytest.mark.parametrize("accelerator", ["gpu", "gpu-cuda12"])
+def test_a_gpu_cell_of_either_cuda_that_runs_on_the_cpu_is_refused(accelerator, monkeypatch):
+    """Every GPU accelerator (gpu, gpu-cuda12: the CUDA 12 locks) asks for a GPU: a framework that fell back to the
+    CPU under either is refused, not timed as a GPU cell; a CPU cell on the CPU, or a GPU cell on a GPU, goes on."""
+    from kbench import runner
+    from kbench.adapters import NoAccelerator, synthetic
+    monkeypatch.delenv("KBENCH_SYNTHETIC_GPU", raising=False)
+    spec = {**synthetic_spec(), "accelerator": accelerator}
+    with pytest.raises(NoAccelerator, match=rf"asks for a GPU \({accelerator}\), but numpy runs on cpu"):
+        runner.check_device(spec, synthetic.backend())
+    runner.check_device({**spec, "accelerator": "cpu"}, synthetic.backend())
+    monkeypatch.setenv("KBENCH_SYNTHETIC_GPU", "1")
+    runner.check_device(spec, synthetic.backend())
+
+
+@pytest.mark.parametrize("losses", [
+    {"first_timed_step": 2.3, "last_timed_step": float("inf")},       # diverged during the window
+    {"first_timed_step": float("nan"), "last_timed_step": 2.1},
+    {"first_timed_step": float("-inf"), "last_timed_step": float("nan")},
+])
+def test_a_fit_with_any_non_finite_timed_loss_is_failed(losses):
+    """One non-finite loss of the two read is enough: the window timed broken arithmetic."""
+    from kbench import runner
+    with pytest.raises(runner.NonFiniteLoss, match="non-finite loss: first timed step"):
+        runner.check_losses(losses)
+    runner.check_losses({"first_timed_step": 2.3, "last_timed_step": 2.1})
+    runner.check_losses(None)                   # a predict cell reads no loss
+
+
+class Compiling:
+    """A compiled step and its framework's counters: the first warm-up step compiles forward and backward (2
+    graphs), the second one more; recompile: the steps (counted from 0) that compile again."""
+    def __init__(self, recompile=()):
+        self.counters, self.calls, self.recompile = {"graphs": 0, "graph_breaks": 0}, 0, set(recompile)
+
+    def step(self):
+        self.counters["graphs"] += {0: 2, 1: 1}.get(self.calls, int(self.calls in self.recompile))
+        self.calls += 1
+        return 1.0
+
+    def compile_counters(self):
+        return dict(self.counters)
+
+
+@pytest.mark.parametrize("recompile, in_window", [((), 0), ((3,), 1)])
+def test_compiles_in_the_window_are_counted_from_the_windows_start_not_the_processs(recompile, in_window):
+    """A compiled cell compiles in its warm-up (3 graphs before the window): a window that compiled nothing has 0
+    compiles in it (no flag), one that recompiled in its second step has 1."""
+    from kbench import runner, timing
+    compiling = Compiling(recompile)
+    window = runner.Window(compiling)
+    timing.measure(compiling.step, lambda out: None, 2, 4, on_window=window)
+    found = window.evidence()["compiles"]
+    assert found["before_window"] == {"graphs": 3, "graph_breaks": 0}
+    assert found["in_window"] == {"graphs": in_window, "graph_breaks": 0}
+
+
 def test_a_gpu_cell_on_a_host_without_a_driver_fails_at_launch(tmp_path, driver_environment):
     spec = synthetic_spec()
     spec["accelerator"] = "gpu"
@@ -558,3 +615,76 @@ def test_a_node_without_the_image_loads_its_archive_once_and_checks_the_id(fake_
         launch.ensure_image("podman", {"id": "sha256:bb"}, archive)
     with pytest.raises(launch.LaunchError, match="image sha256:cc is not in podman's storage on .*, and no archive"):
         launch.ensure_image("podman", {"id": "sha256:cc"}, None)
+
+
+# ---------------------------------------------------------------- the GPU lease, in process
+
+def fake_devices(gpus: int = 2) -> list[dict]:
+    return [{"index": str(i), "name": "NVIDIA H100 80GB HBM3", "driver_version": "580.95.05", "uuid": f"GPU-fake-{i}"}
+            for i in range(gpus)]
+
+
+@pytest.fixture
+def gpu_host(tmp_path, monkeypatch):
+    """A host with two GPUs and no scheduler allocation, its lease locks in tmp_path (not the host-wide /tmp)."""
+    rows = "".join(f"{d['index']}, {d['name']}, {d['driver_version']}, {d['uuid']}\n" for d in fake_devices())
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(launch, "LEASES", tmp_path)
+    from kbench import preflight
+    return preflight.Host(run=lambda argv: rows)
+
+
+def test_gpu_cells_side_by_side_each_lease_a_gpu_of_their_own_and_a_third_waits(gpu_host, tmp_path):
+    """Two cells at once get the two GPUs, one each; a third waits until one lets go and then gets that one. The
+    lock is a file per GPU UUID, so another run on the host (here: this test holding GPU-fake-0's) counts too."""
+    import contextlib
+    import fcntl
+    import queue
+    import threading
+    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    with launch.gpu_lease(synthetic_spec(), "host", gpu_host) as none:
+        assert none is None                                     # a CPU cell takes no GPU
+    def lease():
+        return launch.gpu_lease(spec, "host", gpu_host, poll_s=0.01)
+    leases = contextlib.ExitStack()
+    first = leases.enter_context(lease())
+    with lease() as second:
+        assert (first, second) == (["GPU-fake-0"], ["GPU-fake-1"])
+        got, done = queue.Queue(), threading.Event()
+
+        def third():
+            with lease() as gpus:
+                got.put(gpus)
+                done.wait(5)
+        waiting = threading.Thread(target=third, daemon=True)
+        waiting.start()
+        with pytest.raises(queue.Empty):
+            got.get(timeout=0.2)                                # every GPU taken: it waits
+        leases.close()                                          # the first cell ends
+        assert got.get(timeout=5) == ["GPU-fake-0"]
+        done.set()
+        waiting.join(5)
+    with open(tmp_path / "kbench-gpu-GPU-fake-0.lock", "w") as other_run:
+        fcntl.flock(other_run, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with launch.gpu_lease(spec, "podman", gpu_host) as gpus:
+            assert gpus == ["1"]                                # podman names it by index (CDI)
+
+
+def test_a_host_gpu_cell_sees_only_the_gpu_it_leased(gpu_host, tmp_path, monkeypatch):
+    """The lease's GPU reaches the cell process as CUDA_VISIBLE_DEVICES (the cell's interpreter here: a script that
+    reads its payload and writes down what it was handed), and the record names it."""
+    python = tmp_path / "env" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\ncat >/dev/null\nprintf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/seen\n')
+    python.chmod(0o755)
+    record = tmp_path / "environment.json"
+    record.write_text(json.dumps({"stack": "synthetic", "kind": "venv", "prefix": str(tmp_path / "env")}))
+    monkeypatch.setattr(launch, "_preflight", lambda spec, runtime: None)         # no driver on this host
+    monkeypatch.setattr(launch.preflight, "Host", lambda: gpu_host)
+    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    with launch.gpu_lease(spec, "host", gpu_host):             # another cell holds GPU-fake-0
+        result = launch.run_cell(spec, "host", record, tmp_path / "cell.json", tmp_path / "cell.log", 30)
+    assert (tmp_path / "seen").read_text() == "GPU-fake-1"
+    assert result.provenance["launcher"]["gpus_allocated"] == ["GPU-fake-1"]
+    assert result.status == "failed" and result.error["type"] == "NoResult", result.error     # the stand-in writes no record

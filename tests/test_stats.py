@@ -131,3 +131,14 @@ def test_a_one_repeat_interval_holds_a_fresh_process_true_value_far_less_often()
         assert estimate.method == "blocks"
         return estimate.low, estimate.high
     assert 0.35 < coverage(1, one_repeat) < 0.50
+
+
+def test_a_verdict_is_marked_one_run_when_either_side_is_one_repeat():
+    """One side of one repeat is enough to make a verdict within-run only: it cannot see that side's run-to-run
+    spread. Only two sides with repeats go unmarked."""
+    repeats = stats.Estimate(10.0, 9.0, 11.0, 3, "repeats")
+    one = stats.Estimate(20.0, 19.0, 21.0, 1, "blocks")
+    assert stats.interval_verdict(repeats, one, "different") == "different" + stats.ONE_RUN
+    assert stats.interval_verdict(one, repeats, "different") == "different" + stats.ONE_RUN
+    assert stats.interval_verdict(one, one, "different") == "not shown to differ" + stats.ONE_RUN
+    assert stats.interval_verdict(repeats, stats.Estimate(20.0, 19.0, 21.0, 3, "repeats"), "different") == "different"

@@ -383,3 +383,29 @@ def test_the_tables_welch_verdicts_carry_benjamini_hochberg_q_over_every_test_of
     assert p[1] < 0.05 < q[1]                    # alone the torch column would read slower; with the table's test not
     assert table["vs keras3-torch Welch"] == f"not shown to differ (q={q[1]:.3f})"
     assert table["vs keras3-tensorflow Welch"] == f"not shown to differ (q={q[0]:.3f})"
+
+
+def test_a_column_that_computes_another_function_flags_its_rows_numbers(config, results):
+    """The equivalence check's verdicts (float32, as built) become the row's flag in ms_per_step and speedup: a
+    column that differs from the reference, differs by design or loaded the reference incompletely is named there;
+    an equivalent column, the reference, an aligned variant and another precision's accuracy cost are not."""
+    def row(framework, verdict, model="bert", task="fit", precision="float32", variant="as built"):
+        return {"model": model, "task": task, "precision": precision, "variant": variant, "framework": framework,
+                "verdict": verdict}
+    long = pd.DataFrame([
+        row("keras3-jax", "reference"), row("keras3-tensorflow", "equivalent"),
+        row("keras3-torch", "differs: rel 3.1e-03 > 7.4e-06"),
+        row("keras3-torch", "differs: rel 2.0e-02 > 7.4e-06", variant="aligned"),
+        row("keras3-tensorflow", "accuracy cost: rel 5.0e-03", precision="mixed_bfloat16"),
+        row("keras3-torch", "differs by design (rel 4.0e-01 > 1.0e-05): ResNet v1.5 vs v1", "sam", "predict"),
+        row("keras3-tensorflow", "mapping incomplete: not loaded from the reference: 1: x", "sam", "predict"),
+        row("keras3-tensorflow", "equivalent; training steps drift: loss rel 2.4e-03 after 3 steps", "sam", "fit")])
+    flags = tables.equivalence_flags(long)
+    assert flags.get(("bert", "fit")) == "keras3-torch: differs: rel 3.1e-03 > 7.4e-06", flags
+    assert flags.get(("sam", "predict")) == ("keras3-torch: differs by design (rel 4.0e-01 > 1.0e-05): ResNet v1.5 vs v1; "
+                                         "keras3-tensorflow: mapping incomplete: not loaded from the reference: 1: x")
+    assert ("sam", "fit") not in flags
+    for table in (tables.ms_per_step_table(summary(results), FRAMEWORKS, readable=True, equivalence=flags),
+                  tables.speedup_table(summary(results), FRAMEWORKS, FRAMEWORKS, equivalence=flags)):
+        assert table.loc[("bert", "fit", 32, "float32"), tables.EQUIVALENCE] == flags[("bert", "fit")]
+        assert table.loc[("sam", "predict", 4, "float32"), tables.EQUIVALENCE] == flags[("sam", "predict")]

@@ -155,3 +155,208 @@ def test_a_precision_whose_steps_ran_in_float32_has_no_accuracy_cost_to_show():
     equivalence._check_ran_in(ran, spec)
     assert ran.steps == 1
     equivalence._check_ran_in(Ran(None), spec)          # nothing observed: nothing to hold against it
+
+
+def test_the_worst_output_decides_however_many_agree():
+    """A model with several outputs (logits and a pooled vector, SAM's masks and IoU scores): one that is wrong is
+    the row's error, whatever the others read."""
+    ref = {"logits": np.ones((2, 3)), "pooled": np.arange(4.0) + 1, "scores": np.full(5, 2.0),
+           "tokens": np.array([[1, 2]])}
+    out = {**ref, "pooled": ref["pooled"] * 1.01, "tokens": np.array([[1, 2]])}
+    found = equivalence.compare(out, ref)
+    assert [found[k]["rel"] for k in ("logits", "scores")] == [0.0, 0.0]
+    assert equivalence.worst(found) == pytest.approx(0.01)
+    assert equivalence.worst({"a": {"rel": 3e-3}, "b": {"rel": 1e-7}, "c": {"rel": 0.0}}) == 3e-3
+
+
+def test_unit_scale_biases_and_shifts_are_drawn_off_zero():
+    """A bias left at zero is invisible to the check: two biases swapped by a mapping, or one loaded into the wrong
+    place, compute the same function as the reference."""
+    rng = np.random.default_rng(0)
+    for name in ("bias", "beta"):
+        value = weights.unit_value(Layer(), name, (10000,), rng)
+        assert value.std() == pytest.approx(0.1, rel=0.05) and np.count_nonzero(value) == value.size
+
+
+# ---------------------------------------------------------------- the check's own path, on a NumPy stand-in
+# kbench.equivalence._one as a job runs it (unit-scale weights made in the reference column, loaded into another,
+# outputs compared, the verdict read from the record), on a Keras-like NumPy MLP: the e2e controls (a swapped GELU,
+# one perturbed weight) in this process, without a framework.
+
+class Variable:
+    """What kbench.weights reads of a Keras variable: path (and name), shape, dtype, assign, numpy."""
+    def __init__(self, path, shape):
+        self.path = self.name = path
+        self.value = np.zeros(shape, np.float32)
+
+    shape = property(lambda self: self.value.shape)
+    dtype = property(lambda self: self.value.dtype)
+
+    def assign(self, value):
+        self.value = np.array(value, np.float32)
+
+    def numpy(self):
+        return self.value
+
+
+class Dense:
+    def __init__(self, name, fan_in, fan_out):
+        self.kernel, self.bias = Variable(f"{name}/kernel", (fan_in, fan_out)), Variable(f"{name}/bias", (fan_out,))
+        self._trainable_variables = [self.kernel, self.bias]
+
+
+GELU = {"tanh": lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
+        "exact": lambda x: 0.5 * x * (1 + scipy_special().erf(x / np.sqrt(2)))}
+
+
+def scipy_special():
+    from scipy import special
+    return special
+
+
+class MLP:
+    """Dense, GELU, Dense, GELU, Dense: BERT's feed-forward, where the columns' GELUs can differ."""
+    def __init__(self, widths, gelu):
+        self.layers = [Dense(f"dense_{i}", a, b) for i, (a, b) in enumerate(zip(widths, widths[1:]))]
+        self.gelu = gelu
+
+    def _flatten_layers(self, include_self=True, recursive=True):
+        return [self, *self.layers]
+
+    @property
+    def weights(self):
+        return [v for layer in self.layers for v in layer._trainable_variables]
+
+    def __call__(self, x, dtype):
+        x = x.astype(dtype)
+        for i, layer in enumerate(self.layers):
+            x = x @ layer.kernel.value.astype(dtype) + layer.bias.value.astype(dtype)
+            x = GELU[self.gelu](x) if i + 1 < len(self.layers) else x
+        return x.astype(np.float32)
+
+
+def mlp_workload(spec, rng):
+    """settings.gelu: the column's GELU; settings.ran_in: the dtype its steps really ran in (an autocast that did
+    nothing computes float32 under a float16 label)."""
+    from kbench.adapters import Workload
+    model = MLP(spec["arch"]["widths"], spec["settings"]["gelu"])
+    x = rng.standard_normal((spec["batch_size"], spec["arch"]["widths"][0])).astype(np.float32)
+    ran_in = spec["settings"].get("ran_in") or spec["dtypes"]["compute"]
+    return Workload(step=lambda: model(x, ran_in), params_total=1, params_trainable=1, examples_per_step=1,
+                    dtypes=lambda: {"weights": "float32", "compute": ran_in}, model=model,
+                    outputs=lambda: {"logits": model(x, ran_in)})
+
+
+def numpy_adapter(load=lambda arrays: arrays):
+    """An adapter module's surface (kbench.adapters): load reads the reference's (path, array) list as the column's
+    mapping would (a wrong mapping: swapped arrays)."""
+    from types import SimpleNamespace
+
+    def load_reference(workload, arrays, spec):
+        weights.assign_in_order(workload.model, load(arrays))
+        return {}
+    return SimpleNamespace(__name__="kbench.adapters.numpy_mlp", MODELS={"mlp": {"predict": mlp_workload}},
+                           prepare=lambda spec: {}, load_reference=load_reference)
+
+
+def mlp_spec(precision="float32", **settings):
+    compute = {"float32": "float32", "mixed_float16": "float16"}[precision]
+    return {"cell_id": f"t/strict/mlp/predict/bs8/{precision}/numpy", "model": "mlp", "task": "predict",
+            "precision": precision, "batch_size": 8, "seed": 0, "arch": {"widths": [16, 32, 32, 4]}, "inputs": {},
+            "settings": {"tf32": "off", "gelu": "tanh", **settings},
+            "dtypes": {"weights": "float32", "compute": compute, "loss_scaling": False}}
+
+
+def run_column(specs, reference=None, adapter=None):
+    """_one over a column's specs, float32 first, as equivalence.run does: (its entries, the reference's arrays)."""
+    from types import SimpleNamespace
+    from kbench import adapters
+    job = {"framework": "numpy", "fit_steps": 0, "differences": [], "reference": reference and "reference"}
+    backend = SimpleNamespace(set_tf32=lambda mode, compute: {})
+    arrays, own = {}, {}
+    entries = [equivalence._one(adapters, adapter or numpy_adapter(), backend, job, spec, reference, arrays, own)
+               for spec in specs]
+    return entries, arrays
+
+
+def check_job(framework, entries, is_reference=False):
+    from kbench import cell
+    job = cell.new_result({"cell_id": f"t/strict/equivalence/mlp/{framework}", "model": "mlp",
+                           "framework": framework}, {}, "ok")
+    job.equivalence = {"reference": is_reference, "results": entries}
+    return job
+
+
+def verdicts(job):
+    return list(tables.equivalence_long([job]).verdict)
+
+
+@pytest.fixture(scope="module")
+def mlp_reference():
+    entries, arrays = run_column([mlp_spec()])
+    assert verdicts(check_job("reference", entries, True)) == ["reference"]
+    return arrays
+
+
+def test_a_column_on_the_references_weights_and_function_is_equivalent(mlp_reference):
+    entries, _ = run_column([mlp_spec()], mlp_reference)
+    assert entries[0]["variants"]["as built"]["rel"] == 0.0
+    assert verdicts(check_job("same", entries)) == ["equivalent"]
+
+
+def test_the_check_sees_a_swapped_gelu_in_one_column_in_process(mlp_reference):
+    """The exact GELU where the reference ran the tanh one: at unit-scale weights the outputs leave the tolerance
+    (at 0.02-std weights they would not)."""
+    entries, _ = run_column([mlp_spec(gelu="exact")], mlp_reference)
+    found = entries[0]["variants"]["as built"]
+    assert found["rel"] > 3 * entries[0]["tolerance"], found
+    assert verdicts(check_job("exact-gelu", entries))[0].startswith("differs: rel ")
+
+
+def test_the_check_sees_one_perturbed_weight_in_process(mlp_reference):
+    """One element of one reference weight moved by 1% of its scale, for this column only: flagged."""
+    perturbed = dict(mlp_reference)
+    key = next(k for k in sorted(perturbed) if k.startswith("w|predict|") and k.endswith("dense_1/kernel"))
+    perturbed[key] = perturbed[key].copy()
+    perturbed[key][3, 5] += 0.01 * np.abs(perturbed[key]).max()
+    entries, _ = run_column([mlp_spec()], perturbed)
+    assert verdicts(check_job("perturbed", entries))[0].startswith("differs: rel ")
+
+
+def test_the_check_sees_two_biases_swapped_by_a_mapping(mlp_reference):
+    """dense_0 and dense_1 have biases of one shape: a mapping that swaps them is only seen because the reference's
+    biases are drawn off zero (unit_scale)."""
+    def swap(arrays):
+        arrays = list(arrays)
+        first, second = (next(i for i, (p, _) in enumerate(arrays) if p == f"dense_{n}/bias") for n in (0, 1))
+        arrays[first], arrays[second] = (arrays[first][0], arrays[second][1]), (arrays[second][0], arrays[first][1])
+        return arrays
+    entries, _ = run_column([mlp_spec()], mlp_reference, numpy_adapter(swap))
+    assert verdicts(check_job("swapped-biases", entries))[0].startswith("differs: rel ")
+
+
+def test_a_precision_whose_steps_ran_in_float32_fails_in_the_check_not_shows_zero_cost(mlp_reference):
+    """The column's mixed_float16 outputs, computed in float32 (an autocast that did nothing), equal its float32
+    ones: the check fails that precision instead of reading an accuracy cost of 0; one that ran float16 has a cost."""
+    from kbench import runner
+    with pytest.raises(runner.PrecisionMismatch, match="compute float32"):
+        run_column([mlp_spec(), mlp_spec("mixed_float16", ran_in="float32")], mlp_reference)
+    entries, _ = run_column([mlp_spec(), mlp_spec("mixed_float16")], mlp_reference)
+    cost = entries[1]["variants"]["as built"]
+    assert cost["against"] == "own float32" and cost["rel"] > 1e-4
+    assert verdicts(check_job("fp16", entries))[1].startswith("accuracy cost: rel ")
+
+
+def test_a_native_weight_the_reference_did_not_give_makes_the_mapping_incomplete():
+    """What load_state_dict(strict=False) names missing (derived buffers aside) is reported, and the verdict says
+    the mapping is incomplete whatever the outputs read (a missing weight keeps its random init, which can agree)."""
+    arrays = reference("bert/fit")
+    mapping = mappings.mapping("bert", "fit")
+    missing = ["bert.embeddings.position_ids", "bert.pooler.dense.bias"]
+    found = mappings.load_report("bert", mapping, arrays, missing, [])
+    assert found == {"missing": ["bert.pooler.dense.bias"]}
+    assert mappings.load_report("bert", mapping, arrays, missing[:1], ["extra.weight"]) == {
+        "unexpected": ["extra.weight"]}
+    verdict = verdicts(check_job("native", [{"task": "predict", "precision": "float32", "tolerance": 1e-5,
+                                             "variants": {"as built": {"loaded": found, "rel": 1e-8, "compared": {}}}}]))
+    assert verdict == ["mapping incomplete: not loaded from the reference: 1: bert.pooler.dense.bias"]

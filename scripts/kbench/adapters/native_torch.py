@@ -48,9 +48,7 @@ def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     module = workload.model
     state = {name: torch.as_tensor(value) for name, value in mapping.to_torch(arrays).items()}
     missing, unexpected = module.load_state_dict(state, strict=False)
-    missing = [name for name in missing if not mappings.derived(spec["model"], name)]
-    return {k: v for k, v in (("missing", missing), ("unexpected", list(unexpected)),
-                              ("skipped", mapping.skipped(arrays))) if v}
+    return mappings.load_report(spec["model"], mapping, arrays, missing, unexpected)
 
 
 def prepare(spec: dict) -> dict:

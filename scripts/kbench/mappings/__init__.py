@@ -27,6 +27,16 @@ def derived(model: str, name: str) -> bool:
     return any(re.fullmatch(pattern, name) for pattern in getattr(module, "DERIVED", ()))
 
 
+def load_report(model: str, mapping, arrays, missing, unexpected) -> dict:
+    """What loading the reference into a native module left out, from the names its load_state_dict(strict=False)
+    returned: the module's weights the reference did not give it (derived ones aside: a module with missing weights
+    never passes, it reads "mapping incomplete"), what the reference gave that the module lacks, and the reference
+    arrays the mapping leaves out on purpose. Pure Python, so it is tested without torch."""
+    missing = [name for name in missing if not derived(model, name)]
+    return {k: v for k, v in (("missing", missing), ("unexpected", list(unexpected)),
+                              ("skipped", mapping.skipped(arrays))) if v}
+
+
 def keras2_order(model: str, task: str):
     module = MODULES.get(model)
     return getattr(module, "KERAS2_ORDER", {}).get((model, task)) if module else None
