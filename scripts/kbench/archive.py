@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import io
 import json
@@ -19,12 +20,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
 from kbench import cell, departures, facts, launch, matrix, records, tables, timing
+from kbench.files import BadFile, kind, parse_json, read_bytes, read_text, refuse, text, unreadable
 
 MANIFEST = "MANIFEST.sha256"
 
@@ -96,47 +99,89 @@ def add(tar: tarfile.TarFile, name: str, source: Path | bytes) -> str:
 
 # ---------------------------------------------------------------- read an archive or a results directory
 
+ARCHIVE = "expected a run archive as the workflow's archive rule writes it, results/archive/<run-id>.tar.gz"
+SOURCE = "expected a run archive, results/archive/<run-id>.tar.gz, or a results folder"
+WHOLE = "expected a whole run archive: copy it again from where it was made"
+RECORD = "expected a cell JSON as the workflow writes it: rerun the cell"
+
+
+def read_archive(path: Path) -> dict[str, bytes]:
+    """name (below the run's folder) -> bytes, of every file in a tar archive; a BadFile for one that is missing,
+    empty, cut short or not a tar archive at all."""
+    try:
+        with tarfile.open(path) as tar:
+            return {member.name.partition("/")[2]: tar.extractfile(member).read() for member in tar.getmembers()
+                    if member.isfile()}
+    except EOFError:
+        raise BadFile(path, "cut short: its gzip stream ends before the end marker", WHOLE) from None
+    except (zlib.error, gzip.BadGzipFile) as error:     # (BadGzipFile is an OSError: before that)
+        raise BadFile(path, f"damaged: {error}", WHOLE) from None
+    except tarfile.ReadError:          # (its message lists every compression tried, over several lines)
+        with open(path, "rb") as f:
+            found = kind(f.read(4096))
+        if found == "gzip data":
+            raise BadFile(path, "gzip data without a whole tar archive in it", WHOLE) from None
+        if found == "an uncompressed tar archive":
+            raise BadFile(path, "a tar archive, cut short or damaged", WHOLE) from None
+        raise BadFile(path, "empty" if found == "empty" else f"not a tar.gz archive: it is {found}", ARCHIVE) from None
+    except OSError as error:
+        raise unreadable(path, error, ARCHIVE) from None
+
+
 class Run:
     """The files of one run, from an archive (name -> bytes, hashed as read) or a results directory (its cells)."""
 
     def __init__(self, source: str | Path, suite: str | None = None):
         self.source = Path(source)
         self.files: dict[str, bytes] = {}
+        if not self.source.exists():
+            raise BadFile(self.source, "no such file or folder", SOURCE)
         if self.source.is_dir():
             self.suite = suite or self._only_suite()
             for folder in ("cells", "equivalence"):
                 for path in (self.source / folder / self.suite).rglob("*.json"):
                     name = path.relative_to(self.source)
                     if not any(part.startswith(".") or part == "attempts" for part in name.parts):
-                        self.files[str(name)] = path.read_bytes()     # not what launches and retries leave beside
+                        self.files[str(name)] = read_bytes(path, RECORD)  # not what launches and retries leave beside
             return
-        with tarfile.open(self.source) as tar:
-            for member in tar.getmembers():
-                if member.isfile():
-                    top, _, name = member.name.partition("/")
-                    self.files[name] = tar.extractfile(member).read()
-        self.suite = suite or json.loads(self.files.get("run.json", b"{}")).get("suite")
+        self.files = read_archive(self.source)
+        if "run.json" not in self.files and not any(name.startswith("cells/") for name in self.files):
+            raise BadFile(self.source, "a tar archive, but not of a run: no run.json, no cells/", ARCHIVE)
+        self.suite = suite or self.json("run.json", {}).get("suite")
         if not self.suite:
             raise ValueError(f"{self.source}: run.json names no suite; give --suite")
 
     def _only_suite(self) -> str:
         """A results directory holds one folder per suite under cells/: without --suite it must hold exactly one."""
         found = sorted(p.name for p in (self.source / "cells").glob("*") if p.is_dir())
+        if not found:
+            raise BadFile(self.source, "no cells/<suite>/ in it: not a results folder", SOURCE)
         if len(found) != 1:
             raise ValueError(f"{self.source}: give --suite; cells/ holds suites: {', '.join(found) or 'none'}")
         return found[0]
 
+    def where(self, name: str) -> str:
+        """One of the run's files, as a message names it: its path, or the archive and the name inside."""
+        return str(self.source / name) if self.source.is_dir() else f"{self.source}: {name}"
+
+    def json(self, name: str, default=None):
+        """A JSON file of the run (default: where it has none); a BadFile names it when it is not whole JSON."""
+        if name not in self.files:
+            return default
+        return parse_json(self.files[name], self.where(name), "expected JSON as the workflow writes it")
+
+    def record(self, name: str) -> cell.CellResult:
+        return cell.CellResult.from_json(parse_json(self.files[name], self.where(name), RECORD), self.where(name))
+
     def equivalence(self, profile: str) -> list[cell.CellResult]:
         """The equivalence jobs of one profile (kbench.equivalence), in path order."""
         prefix = f"equivalence/{self.suite}/{profile}/"
-        return [cell.CellResult.from_json(json.loads(data), name) for name, data in sorted(self.files.items())
-                if name.startswith(prefix) and name.endswith(".json")]
+        return [self.record(name) for name in sorted(self.files) if name.startswith(prefix) and name.endswith(".json")]
 
     def cells(self) -> dict[str, list[cell.CellResult]]:
         """cell_id -> its repeats, in repeat order."""
         prefix = f"cells/{self.suite}/"
-        results = [cell.CellResult.from_json(json.loads(data), name) for name, data in self.files.items()
-                   if name.startswith(prefix) and name.endswith(".json")]
+        results = [self.record(name) for name in self.files if name.startswith(prefix) and name.endswith(".json")]
         found: dict[str, list[cell.CellResult]] = {}
         for result in sorted(results, key=lambda r: (r.cell_id, r.repeat)):
             found.setdefault(result.cell_id, []).append(result)
@@ -149,11 +194,13 @@ def verify(archive: Path, allowed_signers: Path | None = None, identity: str | N
     """All problems found, each naming its file; [] when the archive is intact and consistent. With allowed_signers
     (an ssh-keygen allowed-signers file) and identity, also the manifest's signature: an unsigned archive, or one
     signed with another key, is refused (a forger can rewrite the manifest, not sign it with the publisher's key)."""
-    run = Run(archive)
+    if allowed_signers:
+        read_text(allowed_signers, SIGNERS)     # missing, empty, not text: named before GBs of archive are read
+    run = archive_run(archive)
     if MANIFEST not in run.files:
         return [f"{MANIFEST}: missing, nothing can be checked"]
     listed = {}
-    for line in run.files[MANIFEST].decode().splitlines():
+    for line in text(run.files[MANIFEST], run.where(MANIFEST), ARCHIVE).splitlines():
         digest, _, name = line.partition("  ")
         listed[name] = digest
     problems = []
@@ -173,21 +220,38 @@ def verify(archive: Path, allowed_signers: Path | None = None, identity: str | N
 
 SIGNATURE = f"{MANIFEST}.sig"
 NAMESPACE = "kbench-archive"
+KEY = "expected an SSH private key, e.g. ~/.ssh/id_ed25519"
+SIGNERS = "expected an ssh-keygen allowed-signers file: lines of <identity> <key type> <public key>"
+
+
+def archive_run(path: Path) -> Run:
+    """The run in an archive file: verify and sign take no results folder (it has no manifest)."""
+    if Path(path).is_dir():
+        raise BadFile(path, "a folder, not an archive", ARCHIVE)
+    if not Path(path).exists():
+        raise BadFile(path, "no such file", ARCHIVE)
+    return Run(path)
 
 
 def manifest_digest(archive: Path) -> str:
     """The SHA-256 of the archive's manifest: one line a publication can quote, which pins every file."""
-    return "sha256:" + sha256_bytes(Run(archive).files.get(MANIFEST, b""))
+    return "sha256:" + sha256_bytes(archive_run(archive).files.get(MANIFEST, b""))
 
 
 def sign(archive: Path, key: Path) -> None:
     """Sign the archive's manifest with an SSH private key (ssh-keygen -Y sign); the signature goes in beside it."""
-    run = Run(archive)
+    run = archive_run(archive)
+    if MANIFEST not in run.files:
+        raise BadFile(archive, f"no {MANIFEST} in it, nothing to sign", ARCHIVE)
+    found = kind(read_bytes(key, KEY))
     with tempfile.TemporaryDirectory() as tmp:
         manifest = Path(tmp) / MANIFEST
         manifest.write_bytes(run.files[MANIFEST])
-        subprocess.run(["ssh-keygen", "-q", "-Y", "sign", "-f", str(key), "-n", NAMESPACE, str(manifest)], check=True,
-                       capture_output=True)
+        if subprocess.run(["ssh-keygen", "-q", "-Y", "sign", "-f", str(key), "-n", NAMESPACE, str(manifest)],
+                          capture_output=True).returncode:      # (its message blames a "public key" whatever it was)
+            why = ("cut short, damaged or passphrase-protected" if found == "an OpenSSH private key" else
+                   f"it is {found}")
+            raise BadFile(key, f"ssh-keygen cannot sign with it: {why}", KEY)
         signature = (Path(tmp) / SIGNATURE).read_bytes()
     top = _top(archive)
     rewritten = archive.with_suffix(".signing")
@@ -207,6 +271,9 @@ def signature_problems(run: Run, allowed_signers: Path, identity: str | None) ->
         signature.write_bytes(run.files[SIGNATURE])
         check = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(allowed_signers), "-I", identity or "",
                                 "-n", NAMESPACE, "-s", str(signature)], input=run.files[MANIFEST], capture_output=True)
+    for line in check.stderr.decode().splitlines():       # the signers file, not the signature, is at fault
+        if line.startswith(f"{allowed_signers}:"):
+            raise BadFile(allowed_signers, f"line {line.removeprefix(f'{allowed_signers}:')}", SIGNERS)
     if check.returncode != 0:
         return [f"{SIGNATURE}: does not verify for {identity!r} with {allowed_signers} "
                 f"({check.stderr.decode().strip() or check.stdout.decode().strip()})"]
@@ -225,8 +292,7 @@ def consistency(run: Run) -> list[str]:
     cells = run.cells()
     if not long_names:
         return [f"tables/{run.suite}/<profile>/cells_long.csv: missing, cells cannot be checked against the tables"]
-    in_tables = {f"{r.cell_id}.r{r.repeat}" for name in long_names
-                 for r in pd.read_csv(io.BytesIO(run.files[name])).itertuples()}
+    in_tables = {f"{r.cell_id}.r{r.repeat}" for name in long_names for r in table(run, name).itertuples()}
     archived = {f"{cell_id}.r{r.repeat}": r for cell_id, repeats in cells.items() for r in repeats}
     for name in sorted(in_tables - set(archived)):
         problems.append(f"cells/{name}.json: missing (the tables list this cell)")
@@ -241,13 +307,21 @@ def consistency(run: Run) -> list[str]:
         if record_name not in run.files:
             problems.append(f"{record_name}: missing (cells/{name}.json ran in it)")
             continue
-        key, recorded = records.identity(json.loads(run.files[record_name]))
+        key, recorded = records.identity(run.json(record_name))
         if recorded != environment.get(key):
             problems.append(f"cells/{name}.json: ran in {key} {environment.get(key)}, but {record_name} "
                             f"records {recorded}")
     for cell_id, repeats in sorted(cells.items()):
         problems += [f"cells/{cell_id}.r{r.repeat}.json: {p}" for r in repeats for p in timing_arithmetic(r)]
     return problems + rebuilt_tables(run, cells)
+
+
+def table(run: Run, name: str) -> pd.DataFrame:
+    """One of the run's CSV tables; a BadFile names one that is empty or not CSV."""
+    try:
+        return pd.read_csv(io.BytesIO(run.files[name]))
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise BadFile(run.where(name), f"not a CSV table: {str(error).strip().splitlines()[0]}", ARCHIVE) from None
 
 
 def timing_arithmetic(result: cell.CellResult) -> list[str]:
@@ -293,7 +367,15 @@ def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[st
     config_name = "config.resolved.yaml"
     if config_name not in run.files:
         return [f"{config_name}: missing, the tables cannot be rebuilt"]
-    config = yaml.safe_load(run.files[config_name])
+    try:
+        config = yaml.safe_load(run.files[config_name])
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise BadFile(run.where(config_name), f"not valid YAML{where}: {getattr(error, 'problem', None) or error}",
+                      ARCHIVE) from None
+    if not isinstance(config, dict):
+        raise BadFile(run.where(config_name), f"not a config: {type(config).__name__} at the top", ARCHIVE)
     prefix = f"tables/{run.suite}/"
     archived = {name.removeprefix(prefix): data for name, data in run.files.items()
                 if name.startswith(prefix) and not name.endswith("run_facts.html")}
@@ -335,6 +417,13 @@ def main(argv=None) -> int:
         pack(args.run_id, args.suite, args.results, args.config_json, args.report, args.cells, args.environments,
              args.images, args.out)
         return 0
+    try:
+        return verify_or_sign(parser, args)
+    except BadFile as error:
+        return refuse(f"archive {args.command}", error)
+
+
+def verify_or_sign(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "sign":
         sign(args.archive, args.key)
         print(f"signed: {args.archive} (manifest {manifest_digest(args.archive)})")

@@ -378,8 +378,10 @@ def run(config: dict, stack: str, accelerator: str, old_lock: Path, new_lock: Pa
     for lock in (old_lock, new_lock):
         try:
             config_check.check_lock(lock)
-        except (config_check.ConfigError, OSError) as error:
+        except config_check.ConfigError as error:       # missing, empty, not text, a line not pinned and hashed
             raise BisectError(str(error)) from error
+    if out and out.exists() and not out.is_dir():
+        raise BisectError(f"{out}: a file, not a folder (--out takes the folder for bisect.json and the steps)")
     spec = cell_spec(config, cell_id, stack, accelerator)
     if runtime == "podman" and not (Path(config["results_dir"]) / "images" / "base.json").exists():
         raise BisectError(f"no base image record {config['results_dir']}/images/base.json: build it first "
@@ -410,10 +412,13 @@ def run(config: dict, stack: str, accelerator: str, old_lock: Path, new_lock: Pa
 
 def load_config(path: Path) -> dict:
     try:
-        config = config_check.load_yaml(path)
+        config = config_check.load_yaml(path)           # missing, empty, not text, not YAML: names the file
+    except config_check.ConfigError as error:
+        raise BisectError(str(error)) from error
+    try:
         config_check.check_schema(config, REPO / "schemas" / "config.schema.yaml")
     except config_check.ConfigError as error:
-        raise BisectError(f"config error: {error}") from error
+        raise BisectError(f"{path}: {error}") from error
     return config
 
 

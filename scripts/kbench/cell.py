@@ -25,7 +25,7 @@ _ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1, "energy": N
                 4: {"repeat": 1, "energy": None, "equivalence": None}, 5: {"energy": None, "equivalence": None}}
 
 
-class SchemaError(ValueError):
+class SchemaError(files.BadFile):
     """A cell JSON this code cannot read (a newer schema, or not a cell record)."""
 
 
@@ -77,8 +77,9 @@ class CellResult:
     def from_json(cls, data: dict, source: str = "cell JSON") -> CellResult:
         version = data.get("schema_version") if isinstance(data, dict) else None
         if version != SCHEMA_VERSION and version not in _ADDED_SINCE:
-            raise SchemaError(f"{source}: schema version {version!r}; this code reads {SCHEMA_VERSION} "
-                              f"(and {', '.join(map(str, sorted(_ADDED_SINCE)))}): rerun the cell")
+            raise SchemaError(source, "not a cell record" if version is None else f"schema version {version!r}",
+                              f"this code reads schema {SCHEMA_VERSION} and {', '.join(map(str, sorted(_ADDED_SINCE)))}"
+                              ": rerun the cell")
         data = {**_ADDED_SINCE.get(version, {}), **data, "schema_version": SCHEMA_VERSION}
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})

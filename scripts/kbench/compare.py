@@ -18,6 +18,7 @@ import pandas as pd
 
 from kbench import cell, stats
 from kbench.archive import Run
+from kbench.files import BadFile, refuse
 
 # Changes smaller than this floor (or than twice the two runs' combined standard error) are marked as noise. One run
 # per side cannot show run-to-run spread: on the 2-core CI machine repeats of one tiny cell differed by 2% to 7%
@@ -123,9 +124,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         old, new = Run(args.old, args.suite), Run(args.new, args.suite)
-    except ValueError as error:
+    except BadFile as error:
+        return refuse("archive compare", error)
+    except ValueError as error:         # a results folder of several suites, and no --suite
         parser.error(str(error))
-    table = compare(old, new, args.noise_floor)
+    try:
+        table = compare(old, new, args.noise_floor)
+    except BadFile as error:            # a cell record that is not whole JSON, or not a cell's
+        return refuse("archive compare", error)
     if args.out:
         table.to_csv(args.out, index=False)
     print(table.astype(object).where(table.notna(), "").to_markdown(index=False))

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from kbench import matrix
+from kbench import files, matrix
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,12 +24,17 @@ class ConfigError(ValueError):
     """One line: where, what, what is allowed."""
 
 
+def read_text(path: Path, expected: str) -> str:
+    """A config or lock file's text, or a ConfigError naming it: missing, a folder, unreadable, empty, not text."""
+    try:
+        return files.read_text(path, expected)
+    except files.BadFile as error:
+        raise ConfigError(str(error)) from None
+
+
 def load_yaml(path: Path) -> dict:
     """config.yaml as data, or a ConfigError naming the file and line (Snakemake's own message names neither)."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot be read ({error.strerror})") from error
+    text = read_text(path, "expected the benchmark's config in YAML, like config.yaml in the repository")
     for number, line in enumerate(text.splitlines(), 1):
         if "\t" in line[:len(line) - len(line.lstrip())]:
             raise ConfigError(f"{path}, line {number}: a tab in the indentation; YAML indents with spaces only")
@@ -130,7 +135,8 @@ def check_lock(lock: Path) -> None:
         if requirement and not hashes:
             raise ConfigError(f"{lock}, line {line_of}: {requirement} has no --hash=sha256:<64 hex digits>; "
                               f"regenerate the lock (scripts/lock-envs {lock.name.removesuffix('.lock')})")
-    for number, raw in enumerate(lock.read_text().splitlines(), 1):
+    text = read_text(lock, "expected a hash-locked lock, as scripts/lock-envs writes them")
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip().removesuffix("\\").strip()
         if not line or line.startswith("#"):
             continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import errno
 import json
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from kbench import cell, envs, flops, launch, matrix, peaks, preflight
+from kbench import cell, envs, files, flops, launch, matrix, peaks, preflight
 
 REPO = launch.REPO
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "diffusers", "segment_anything", "keras", "keras_hub",
@@ -46,15 +47,27 @@ NEEDS = {"native_torch": ("torch", "transformers", "peft"), "keras3": ("keras", 
          "keras2": ("tensorflow", "tf_keras", "keras_nlp"), "synthetic": ("numpy",)}
 BACKEND_NEEDS = {"jax": ("jax",), "torch": ("torch",), "tensorflow": ("tensorflow",)}
 SANITY_SIZE = 8192
+PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/bin/python"
 
 
 def installed(python: str) -> dict[str, str | None]:
-    """package -> version (or None: missing) in the interpreter, each imported in one child process."""
+    """package -> version (or None: missing) in the interpreter, each imported in one child process; a BadFile for
+    an interpreter that does not run, or is no Python."""
     code = ("import importlib, json, sys\nfound = {}\nfor name in sys.argv[1:]:\n    try:\n"
             "        module = importlib.import_module(name)\n        found[name] = str(getattr(module, '__version__', 'yes'))\n"
-            "    except Exception:\n        found[name] = None\nprint(json.dumps(found))")
-    out = subprocess.run([python, "-c", code, *PACKAGES], capture_output=True, text=True, timeout=600)
-    return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else dict.fromkeys(PACKAGES)
+            "    except Exception:\n        found[name] = None\nprint('PACKAGES ' + json.dumps(found))")
+    try:
+        out = subprocess.run([python, "-c", code, *PACKAGES], capture_output=True, text=True, timeout=600)
+    except OSError as error:            # missing, a folder, not executable, not a program
+        wrong = ("a folder" if Path(python).is_dir() else "not found" if error.errno == errno.ENOENT else
+                 "not executable" if error.errno == errno.EACCES else f"cannot be run: {error.strerror.lower()}")
+        raise files.BadFile(python, wrong, PYTHON) from None
+    listed = [line for line in out.stdout.splitlines() if line.startswith("PACKAGES ")]
+    if not listed:
+        said = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise files.BadFile(python, f"ran, but not as a Python interpreter: exit {out.returncode}, {said[0][:120]!r}",
+                            PYTHON)
+    return json.loads(listed[-1].removeprefix("PACKAGES "))
 
 
 # ---------------------------------------------------------------- the probes (run in the interpreter checked)
@@ -183,7 +196,20 @@ def main(argv=None) -> int:
     parser.add_argument("--plan", choices=["cells", "synthetic"], default="cells")
     parser.add_argument("--timed", type=int, help="timed steps per cell (default: the smoke suite's)")
     args = parser.parse_args(argv)
+    try:
+        return check(args)
+    except files.BadFile as error:
+        return files.refuse("gpucheck", error)
+
+
+def check(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.deadline
+    out = args.out / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:            # (a file where the folder should be)
+        raise files.BadFile(args.out, f"cannot hold the check's files: {error.strerror.lower()}",
+                            "--out takes a folder, made if missing") from None
     config = {**yaml.safe_load((REPO / "config.yaml").read_text()), "accelerator": "gpu"}
     gpus = preflight.gpus(preflight.Host()) if preflight.Host().which("nvidia-smi") else []
     listed = ", ".join(f"{g['index']}: {g['name']} (driver {g['driver_version']})" for g in gpus)
@@ -191,8 +217,6 @@ def main(argv=None) -> int:
     found = installed(args.python)
     print(f"interpreter {args.python}: found {', '.join(f'{k} {v}' for k, v in found.items() if v) or 'nothing'}; "
           f"missing {', '.join(k for k, v in found.items() if not v) or 'nothing'}")
-    out = args.out / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out.mkdir(parents=True, exist_ok=True)
     probes = []
     for framework in ("torch", "jax"):
         if not found.get(framework) or args.plan == "synthetic":

@@ -37,6 +37,7 @@ import pandas as pd
 
 from kbench import cell, stats
 from kbench.archive import Run
+from kbench.files import BadFile, kind
 
 STORE = Path("results/history")
 DATABASE = "history.duckdb"
@@ -92,26 +93,55 @@ def run_id(run: Run) -> str:
     return "run-" + digest.hexdigest()[:16]
 
 
+REBUILD = ("expected the history's DuckDB database: move it aside and ingest the runs again; the .parquet files "
+           "beside it hold its tables as of the last ingest")
+
+
 @contextmanager
 def connect(store: Path, read_only: bool = False):
-    store = Path(store)
-    if read_only and not (store / DATABASE).exists():
-        raise FileNotFoundError(f"{store / DATABASE}: no history yet (python -m kbench.history ingest RESULTS)")
+    """The history's database; a BadFile names a store that is not a folder, or a database DuckDB cannot read
+    (DuckDB leaves such a file as it was: nothing is lost by the refusal)."""
+    store, database = Path(store), Path(store) / DATABASE
+    if store.exists() and not store.is_dir():
+        raise BadFile(store, "a file, not a folder", "--store takes the history's folder, e.g. results/history")
+    if read_only and not database.exists():
+        raise BadFile(database, "no history yet", "ingest a run first: scripts/history.py ingest RESULTS_OR_ARCHIVE")
     store.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(store / DATABASE), read_only=read_only)
+    try:
+        con = duckdb.connect(str(database), read_only=read_only)
+    except duckdb.IOException as error:
+        raise unreadable_store(database, error) from None
     try:
         if not read_only:
             con.execute(SCHEMA)
         yield con
+    except duckdb.IOException as error:         # a block past the end of a cut-short file
+        if str(database) not in str(error):
+            raise
+        raise unreadable_store(database, error) from None
     finally:
         con.close()
+
+
+def unreadable_store(database: Path, error: duckdb.IOException) -> BadFile:
+    """What is wrong with a history database, in words (DuckDB's own message repeats the path, and more)."""
+    message = str(error)
+    if database.is_dir():
+        return BadFile(database, "a folder, not a file", REBUILD)
+    if "not a valid DuckDB database" in message:
+        with open(database, "rb") as f:
+            found = kind(f.read(4096))
+        return BadFile(database, "empty" if found == "empty" else f"not a DuckDB database: it is {found}", REBUILD)
+    if "Could not read enough bytes" in message:
+        return BadFile(database, "cut short: DuckDB could not read a block it holds", REBUILD)
+    return BadFile(database, f"DuckDB cannot read it ({message.splitlines()[0]})", REBUILD)
 
 
 def ingest(source: str | Path, suite: str | None = None, store: Path = STORE) -> Receipt:
     """One run (a results directory or an archive) into the history; nothing if it is there already."""
     run = Run(source, suite)
     rid = run_id(run)
-    by_name = {name: cell.CellResult.from_json(json.loads(run.files[name]), name) for name in cell_files(run)}
+    by_name = {name: run.record(name) for name in cell_files(run)}        # every record read before the store opens
     found = {r.cell_id for r in by_name.values()}
     with connect(store) as con:
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [rid]).fetchone()[0]:

@@ -10,12 +10,15 @@ The options are the run's own (--config ..., --profile ...), so the same cells a
 """
 from __future__ import annotations
 
-import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
+from kbench import config_check, files
+
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+CONFIG_OPTIONS = ("--configfile", "--configfiles")
 
 
 def running_here() -> list[int]:
@@ -34,6 +37,26 @@ def running_here() -> list[int]:
     return found
 
 
+def configfiles(options: list[str]) -> list[str]:
+    """The config files among Snakemake options: --configfile A [B ...] (or --configfiles), --configfile=A."""
+    found, taking = [], False
+    for option in options:
+        if option.startswith("-"):
+            name, equals, value = option.partition("=")
+            taking = name in CONFIG_OPTIONS and not equals
+            found += [value] if name in CONFIG_OPTIONS and equals else []
+        elif taking:
+            found.append(option)
+    return found
+
+
+def check_configfiles(options: list[str]) -> None:
+    """Snakemake answers a config file that is missing or not YAML with a traceback: each is read here first, and a
+    bad one is named (config_check.ConfigError) before Snakemake starts."""
+    for path in configfiles(options):
+        config_check.load_yaml(Path(path))
+
+
 def resume(options: list[str]) -> int:
     alive = running_here()
     if alive:
@@ -44,21 +67,35 @@ def resume(options: list[str]) -> int:
     os.execv(SNAKEMAKE, [SNAKEMAKE, *options, "--rerun-incomplete"])
 
 
-def failed_cells(options: list[str]) -> list[str]:
-    """The cell records of the run that say failed (from Snakemake's own list of the run's outputs)."""
-    import subprocess
-    summary = subprocess.run([SNAKEMAKE, *options, "--summary"], capture_output=True, text=True, check=True).stdout
+# What to do about a cell record that is not whole: Snakemake reruns a cell whose record is missing.
+CELL = "expected a cell record as the workflow writes it: remove it, and scripts/resume reruns the cell"
+
+
+def summary(options: list[str]) -> subprocess.CompletedProcess:
+    """Snakemake's own list of the run's outputs."""
+    return subprocess.run([SNAKEMAKE, *options, "--summary"], capture_output=True, text=True)
+
+
+def failed_cells(summary_text: str) -> list[str]:
+    """The cell records in a --summary that say failed; a BadFile for one that is not a whole cell record."""
     found = []
-    for line in summary.splitlines():
+    for line in summary_text.splitlines():
         fields = line.split("\t")
         if len(fields) > 2 and fields[2] == "cell" and Path(fields[0]).is_file():
-            if json.loads(Path(fields[0]).read_text()).get("status") == "failed":
+            record = files.load_json(fields[0], CELL)
+            if not isinstance(record, dict):
+                raise files.BadFile(fields[0], f"a JSON {type(record).__name__}, not a cell record", CELL)
+            if record.get("status") == "failed":
                 found.append(fields[0])
     return found
 
 
 def retry_failed(options: list[str]) -> int:
-    failed = failed_cells(options)
+    listed = summary(options)
+    if listed.returncode:                   # Snakemake's own words (a config error names its key)
+        sys.stderr.write(listed.stderr or listed.stdout)
+        return listed.returncode
+    failed = failed_cells(listed.stdout)
     if not failed:
         print("retry-failed: no failed cell in this run")
         return 0
@@ -72,7 +109,11 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
-    return commands[argv[0]](argv[1:])
+    try:
+        check_configfiles(argv[1:])
+        return commands[argv[0]](argv[1:])
+    except (config_check.ConfigError, files.BadFile) as error:
+        return files.refuse(argv[0], error)
 
 
 if __name__ == "__main__":
