@@ -4,6 +4,9 @@ first e2e test that needs them. Every e2e run then starts its results folder wit
 Snakemake finds finished outputs, instead of building or waiting for the same images again.
 
     python tests/prebuild.py DIR      builds into DIR/results, writes DIR/exit (the status) when done
+
+They are built in the order the e2e tests meet them (the synthetic stack first: the cluster and container-fault
+tests; the podman run's columns next; Keras 3 on torch last), and a run waits only for the records it needs.
 """
 from __future__ import annotations
 
@@ -14,46 +17,53 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# Every stack the e2e runs use in podman (the synthetic stack: docker, shipped archives, SLURM, container faults)
-IMAGES = ("keras3-jax", "native-torch", "keras2", "keras3-tensorflow", "keras3-torch", "synthetic")
-# Host venvs of the host and Paddle runs (the synthetic venv is the workflow tier's own: it builds it as it runs)
-VENVS = ("keras3-jax", "paddle")
+# Podman images (the synthetic stack: docker, shipped archives, SLURM, container faults) and host venvs (the host and
+# Paddle runs; the synthetic venv is the workflow tier's own), in the order the e2e tests need them.
+ORDER = (("images/base", "images/synthetic"), ("images/keras3-jax", "environments/keras3-jax"),
+         ("images/native-torch", "images/keras2", "images/keras3-tensorflow"), ("environments/paddle",),
+         ("images/keras3-torch",))
 WAIT_S = 3600
 
 
-def targets(results: Path) -> list[str]:
-    return ([str(results / "images" / "base.json")] + [str(results / "images" / f"{s}.cpu.json") for s in IMAGES]
-            + [str(results / "environments" / f"{s}.cpu.json") for s in VENVS])
+def record(results: Path, name: str) -> Path:
+    """images/keras3-jax -> results/images/keras3-jax.cpu.json (the base: images/base.json)."""
+    return results / (f"{name}.json" if name == "images/base" else f"{name}.cpu.json")
 
 
 def build(folder: Path) -> int:
-    """The workflow's own image and environment jobs for the targets, two at a time (podman builds still take the
-    host's build lock one by one; a venv installs beside them)."""
-    results = folder / "results"
-    proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--snakefile", str(REPO / "Snakefile"),
-                           *targets(results), "--cores", "2", "--config", "suite=tiny", "accelerator=cpu",
-                           "runtime=podman", f"results_dir={results}"], cwd=REPO)
-    (folder / "exit").write_text(f"{proc.returncode}\n")
-    return proc.returncode
+    """The workflow's own image and environment jobs, group by group, two jobs at a time (podman builds still take
+    the host's build lock one by one; a venv installs beside them). The status: the first group's that failed."""
+    results, status = folder / "results", 0
+    for group in ORDER:
+        proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--snakefile", str(REPO / "Snakefile"),
+                               *(str(record(results, name)) for name in group), "--cores", "2", "--config",
+                               "suite=tiny", "accelerator=cpu", "runtime=podman", f"results_dir={results}"], cwd=REPO)
+        status = status or proc.returncode
+    (folder / "exit").write_text(f"{status}\n")
+    return status
 
 
-def wait(folder: Path, timeout_s: float = WAIT_S) -> Path:
-    """The results folder of a build started elsewhere, once it has ended (whatever its status: a stack that failed
-    to build is built again, or fails, in the run that needs it)."""
+def seed(folder: Path, results: Path, needs: tuple[str, ...] = (), timeout_s: float = WAIT_S) -> None:
+    """A results folder that starts with the built records (images, the base's history, venvs), times kept, once the
+    records it needs (names as in ORDER) are there or the build has ended: a stack that failed to build is built
+    again, or fails, in the run that needs it."""
+    built = folder / "results"
     deadline = time.monotonic() + timeout_s
-    while not (folder / "exit").exists():
+    while not (folder / "exit").exists() and not all(record(built, name).exists() for name in needs):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the image build in {folder} did not end in {timeout_s} s")
+            raise TimeoutError(f"the image build in {folder} gave none of {needs} in {timeout_s} s")
         time.sleep(2)
-    return folder / "results"
-
-
-def seed(built: Path, results: Path) -> None:
-    """A results folder that starts with the built records (images, their base's history, venvs), times kept."""
     for kind in ("images", "environments"):
         (results / kind).mkdir(parents=True, exist_ok=True)
-        for record in (built / kind).glob("*.json"):
-            shutil.copy2(record, results / kind / record.name)
+        for found in (built / kind).glob("*.json"):
+            shutil.copy2(found, results / kind / found.name)
+
+
+def needs(runtime: str, stacks) -> tuple[str, ...]:
+    """The records a run of these stacks needs: podman images (and their base), or host venvs."""
+    if runtime == "host":
+        return tuple(f"environments/{stack}" for stack in stacks)
+    return ("images/base", *(f"images/{stack}" for stack in stacks))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def test_docker_runs_cells_in_the_image_podman_built(tmp_path, built):
     by that ID without a network. The synthetic stack (its image a tenth of a framework's: the transfer is what this
     tests, and the runner in it is the one every column runs)."""
     options = fault_workflow(tmp_path, {"ok": {}}) + ["--config", "runtime=docker"]
-    prebuild.seed(built, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results", prebuild.needs("podman", ["synthetic"]))
     proc = snakemake(*options, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     images = tmp_path / "results" / "images"
@@ -68,7 +68,7 @@ def test_a_node_without_the_image_loads_it_from_the_shipped_archive(tmp_path, bu
     submit host wrote; the loaded image has the recorded ID and the cell runs in it."""
     options = fault_workflow(tmp_path, {"ok": {}})
     options += ["--config", "runtime=podman", "ship_images=True"]
-    prebuild.seed(built, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results", prebuild.needs("podman", ["synthetic"]))
     image_record = tmp_path / "results/images/synthetic.cpu.json"
     # the submit host builds the image and its archive; the node (here the same machine) then lacks the image
     built = snakemake("results/images/synthetic.cpu.json", "results/images/synthetic.cpu.oci.tar", *options,
@@ -117,7 +117,7 @@ def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(tmp_path
             "steps": {"warmup": 1, "timed": 4, "blocks": 2}, "mlp_widths": [16, 32, 4],
             "sizes": {"matmul": [64], "elementwise": [1000], "reduction": [64], "mlp": [8]}}}}}))
     options.insert(options.index("--configfile") + 2, str(overlay))
-    prebuild.seed(built, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results", prebuild.needs("podman", ["synthetic", "keras3-jax"]))
     # ship_images off: this one node has the images already (the archive path runs in the scancel test below and in
     # test_a_node_without_the_image_loads_it...)
     proc = snakemake(*SLURM, *options, "--config", "runtime=podman", "ship_images=False", cwd=tmp_path, timeout=3000)
@@ -148,7 +148,7 @@ def test_scancel_of_a_running_cell_job_removes_its_container_and_the_cell_is_red
     removes the container (whose processes SLURM does not track), the run reports the job failed, and a rerun redoes
     the cell."""
     options = fault_workflow(tmp_path, {"slow": {"KBENCH_SYNTHETIC_BUILD_S": "40"}}, timeout_minutes=5)
-    prebuild.seed(built, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results", prebuild.needs("podman", ["synthetic"]))
     target = str(cell_of(tmp_path, "slow").relative_to(tmp_path))     # the fit cell alone
     options = [target, *options, "--config", "runtime=podman"]
     driver = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *SLURM, *options],

@@ -59,7 +59,8 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
     (conftest.built), seeded into the run's results folder."""
     results = tmp_path_factory.mktemp(f"results-{runtime}")
     if built:
-        prebuild.seed(built, results)
+        stacks = sorted({matrix.stack_of(CONFIG, f) for f in frameworks})
+        prebuild.seed(built, results, prebuild.needs(runtime, stacks))
     # one OpenMP thread a cell: two torch processes each spinning two OpenMP threads on two cores ran 10-14x slower
     overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence, "models": EQUIVALENCE_MODELS},
                "jax_numpy": {"enabled": jax_numpy},

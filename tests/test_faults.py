@@ -166,7 +166,7 @@ def test_container_faults_end_in_decoded_records_and_leave_no_container(tmp_path
     columns = {"ok": {}, "oom": {"KBENCH_SYNTHETIC_FAULT": "oom"}, "segv": {"KBENCH_SYNTHETIC_FAULT": "segv"},
                "hang-child": {"KBENCH_SYNTHETIC_FAULT": "hang-child"}}
     options = fault_workflow(tmp_path, columns)
-    prebuild.seed(built, tmp_path / "results")
+    prebuild.seed(built, tmp_path / "results", prebuild.needs("podman", ["synthetic"]))
     (tmp_path / "limits.yaml").write_text("runtime: podman\ncontainers: {limits: {memory_mb: 256}}\n")
     proc = snakemake(*options, str(tmp_path / "limits.yaml"), "--cores", "all", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -307,7 +307,7 @@ def native_torch_image(tmp_path_factory, built):
     """The native-torch podman image record (the session's, conftest.built; built through the workflow where it is
     missing)."""
     results = tmp_path_factory.mktemp("results-flops")
-    prebuild.seed(built, results)
+    prebuild.seed(built, results, prebuild.needs("podman", ["native-torch"]))
     target = results / records.path("podman", matrix.stack_of(CPU_CONFIG, "native-torch-eager"), "cpu")
     proc = snakemake(str(target), "--cores", "all", "--config", "accelerator=cpu", "runtime=podman",
                      f"results_dir={results}", timeout=3600)
