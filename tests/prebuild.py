@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Podman images (the synthetic stack: docker, shipped archives, SLURM, container faults) and host venvs (the host and
 # Paddle runs; the synthetic venv is the workflow tier's own), in the order the e2e tests need them.
-ORDER = (("images/base", "images/synthetic"), ("images/keras3-jax", "environments/keras3-jax"),
+ORDER = (("images/base", "images/synthetic"), ("images/keras3-jax",),
          ("images/native-torch", "images/keras2", "images/keras3-tensorflow"), ("environments/paddle",),
          ("images/keras3-torch",))
 WAIT_S = 3600
