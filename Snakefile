@@ -11,7 +11,7 @@ min_version("9.0")
 
 # config.yaml read by us first: a YAML error gets its file and line, not Snakemake's generic message.
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
-from kbench import config_check
+from kbench.plan import config_check
 
 try:
     config_check.load_yaml(Path("config.yaml"))

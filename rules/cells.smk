@@ -20,7 +20,7 @@ rule cell:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),     # resources are integers
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
     # CPU cells: all cores to one cell, so cells never share the CPU. GPU cells on a host with N GPUs: the cores in
-    # N shares, so N cells run side by side, each on a GPU of its own (kbench.launch.gpu_lease). A lambda, since a
+    # N shares, so N cells run side by side, each on a GPU of its own (kbench.run.launch.gpu_lease). A lambda, since a
     # cluster run has no --cores at parse time: its profile sets the cell job's CPUs (set-threads).
     threads: cell_threads
     script:

@@ -14,8 +14,12 @@ SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import config_check, departures, envs, jax_numpy, jax_numpy_tables, matrix, precision, preflight, records, \
-    sources, tables
+from kbench import precision, records
+from kbench.gpu import preflight
+from kbench.plan import config_check, departures, matrix, sources
+from kbench.results import tables
+from kbench.stacks import envs
+from kbench.studies import jax_numpy, jax_numpy_tables
 
 try:      # every bad config: one line before any job (file and line, or key path; the bad value; what is allowed)
     config_check.check(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
@@ -94,7 +98,7 @@ def stack_lock_digest(wildcards):
 
 
 def harness_sources(wildcards):
-    """The code a cell runs (every kbench module its runner and adapter import, kbench.sources): a change to any of
+    """The code a cell runs (every kbench module its runner and adapter import, kbench.plan.sources): a change to any of
     them reruns exactly the cells that run it."""
     if cell_of(wildcards).not_applicable:
         return []
@@ -151,7 +155,7 @@ def table_files(suite):
 
 
 def jax_numpy_files(suite):
-    """The JAX-against-NumPy tables where the study runs for the suite (kbench.jax_numpy.planned), else none."""
+    """The JAX-against-NumPy tables where the study runs for the suite (kbench.studies.jax_numpy.planned), else none."""
     if not jax_numpy.planned(config, suite):
         return []
     return [results("tables", suite, name) for name in jax_numpy_tables.OUTPUTS]
@@ -189,7 +193,7 @@ IMAGE_TOOLS = {"base_image": "podman", "stack_image": "podman", "export_image": 
 def preflight_before_jobs():
     """Before the first job: the binaries the planned jobs need and, for GPU cells, the GPU host (driver, its version
     against each stack's CUDA, the runtime's GPU plumbing): one error in seconds instead of GBs of image builds
-    ending in 114 failed cells. Jobs sent to a cluster check their own node (kbench.launch)."""
+    ending in 114 failed cells. Jobs sent to a cluster check their own node (kbench.run.launch)."""
     if workflow.executor_plugin.name != "local":
         return
     jobs = list(workflow.dag.needrun_jobs())
@@ -225,4 +229,4 @@ def equivalence_environment(framework):
 
 
 def equivalence_sources(framework):
-    return sources.cell_sources(matrix.adapter_of(config, framework), entry="kbench.equivalence")
+    return sources.cell_sources(matrix.adapter_of(config, framework), entry="kbench.equivalence.check")

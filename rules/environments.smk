@@ -9,7 +9,7 @@ rule environment:
     params:
         prefix=".envs/{stack}.{accelerator}",
     shell:
-        "python -m kbench.envs venv --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
+        "python -m kbench.stacks.envs venv --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
         "--lock {input.lock} --prefix {params.prefix} --record {output.record} > {log} 2>&1"
 
 
@@ -25,5 +25,5 @@ rule preinstalled_environment:
     params:
         python=config["preinstalled_python"],
     shell:
-        "python -m kbench.envs preinstalled --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
+        "python -m kbench.stacks.envs preinstalled --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
         "--lock {input.lock} --python {params.python} --record {output.record} > {log} 2>&1"

@@ -1,4 +1,4 @@
-# The equivalence check (kbench.equivalence): the reference column makes the reference (unit-scale weights, its
+# The equivalence check (kbench.equivalence.check): the reference column makes the reference (unit-scale weights, its
 # outputs and losses), then every column of the model loads it and compares. One job per model and column, each
 # its own process in its column's environment, rerun when the model's code (its adapter and what it imports), the
 # weight mappings or the column's lock change.

@@ -1,4 +1,4 @@
-# Every finished run joins the history (kbench.history: results/history/history.duckdb, Parquet beside it); its
+# Every finished run joins the history (kbench.lifecycle.history: results/history/history.duckdb, Parquet beside it); its
 # changes against the previous comparable run and the trends of the cells that moved; the report's first page.
 HISTORY = results("history")
 # Where and how cells run, never what they measured: a change to one rewrites no page (the cells rerun for none)
@@ -19,7 +19,7 @@ rule history:
         results_dir=lambda wildcards: RESULTS,
     localrule: True
     shell:
-        "python -m kbench.history --store {params.store} ingest {params.results_dir} --suite {wildcards.suite} "
+        "python -m kbench.lifecycle.history --store {params.store} ingest {params.results_dir} --suite {wildcards.suite} "
         "--receipt {output} > {log} 2>&1"
 
 
@@ -39,7 +39,7 @@ rule changes:
         out_dir=lambda wildcards: results("history", wildcards.suite, wildcards.profile),
     localrule: True
     shell:
-        "python -m kbench.history --store {params.store} changes --suite {wildcards.suite} "
+        "python -m kbench.lifecycle.history --store {params.store} changes --suite {wildcards.suite} "
         "--profile {wildcards.profile} --out {params.out_dir} --plots {params.out_dir} > {log} 2>&1"
 
 
@@ -62,5 +62,5 @@ rule first_page:
         config_json=json.dumps({k: v for k, v in config.items() if k not in OPERATIONAL_SETTINGS}),
     localrule: True
     shell:
-        "python -m kbench.first_page --suite {wildcards.suite} --tables {params.tables} --history {params.store} "
+        "python -m kbench.report.first_page --suite {wildcards.suite} --tables {params.tables} --history {params.store} "
         "--config-json {params.config_json:q} --out {output.html} > {log} 2>&1"

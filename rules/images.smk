@@ -9,7 +9,7 @@ rule base_image:
         packages=",".join(config["containers"]["base_packages"]),
         epoch=config["containers"]["source_date_epoch"],
     shell:
-        "python -m kbench.images base --source {params.source} --packages {params.packages} --epoch {params.epoch} "
+        "python -m kbench.stacks.images base --source {params.source} --packages {params.packages} --epoch {params.epoch} "
         "--record {output.record} > {log} 2>&1"
 
 
@@ -28,7 +28,7 @@ rule stack_image:
         epoch=config["containers"]["source_date_epoch"],
         uv_cache=config["containers"]["uv_cache"],
     shell:
-        "python -m kbench.images stack --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
+        "python -m kbench.stacks.images stack --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
         "--base-record {input.base} --epoch {params.epoch} --uv-cache {params.uv_cache} --record {output.record} "
         "> {log} 2>&1"
 
@@ -46,7 +46,7 @@ rule export_image:
     params:
         format=lambda wildcards: f"{wildcards.format}-archive",
     shell:
-        "python -m kbench.images export --record {input.record} --format {params.format} --out {output} > {log} 2>&1"
+        "python -m kbench.stacks.images export --record {input.record} --format {params.format} --out {output} > {log} 2>&1"
 
 
 rule docker_image:
@@ -58,7 +58,7 @@ rule docker_image:
     log:
         results("logs/images/{stack}.{accelerator}.docker.log"),
     shell:
-        "python -m kbench.images docker-load --image-record {input.record} --archive {input.archive} "
+        "python -m kbench.stacks.images docker-load --image-record {input.record} --archive {input.archive} "
         "--record {output.record} > {log} 2>&1"
 
 
@@ -72,5 +72,5 @@ rule sif_image:
     log:
         results("logs/images/{stack}.{accelerator}.sif.log"),
     shell:
-        "python -m kbench.images sif --image-record {input.record} --archive {input.archive} --sif {output.sif} "
+        "python -m kbench.stacks.images sif --image-record {input.record} --archive {input.archive} --sif {output.sif} "
         "--record {output.record} > {log} 2>&1"

@@ -1,4 +1,4 @@
-# JAX against NumPy (kbench.jax_numpy): one job per suite in the environment of config jax_numpy.framework (the
+# JAX against NumPy (kbench.studies.jax_numpy): one job per suite in the environment of config jax_numpy.framework (the
 # keras3-jax column's: its lock's NumPy and JAX), run by the launcher like a cell; rerun when its code or that lock
 # changes. Its table and the claim's verdict per workload go under tables/<suite>/.
 
@@ -7,7 +7,7 @@ rule jax_numpy:
     """The job: every workload and size of the suite, as NumPy and as jax.numpy under jax.jit."""
     input:
         environment=stack_record(matrix.stack_of(config, config["jax_numpy"]["framework"])),
-        harness=sources.entry_sources("kbench.jax_numpy"),
+        harness=sources.entry_sources("kbench.studies.jax_numpy"),
     output:
         json=results("jax_numpy/{suite}/result.json"),
     log:
@@ -41,5 +41,5 @@ rule jax_numpy_table:
         out_dir=lambda wildcards: results("tables", wildcards.suite),
     localrule: True
     shell:
-        "python -m kbench.jax_numpy_tables --claim={params.claim:q} --workloads={params.workloads:q} "
+        "python -m kbench.studies.jax_numpy_tables --claim={params.claim:q} --workloads={params.workloads:q} "
         "--suite {wildcards.suite} --out {params.out_dir} {input} > {log} 2>&1"

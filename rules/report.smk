@@ -13,7 +13,7 @@ rule plots:
         out_dir=lambda wildcards: results("plots", wildcards.suite, wildcards.profile),
     localrule: True
     shell:
-        "python -m kbench.plots --frameworks={params.frameworks} --keras3={params.keras3} "
+        "python -m kbench.results.plots --frameworks={params.frameworks} --keras3={params.keras3} "
         "--out {params.out_dir} {input} > {log} 2>&1"
 
 
@@ -28,12 +28,12 @@ rule run_facts:
         results("logs/run_facts/{suite}.log"),
     localrule: True
     shell:
-        "python -m kbench.facts --suite {wildcards.suite} --out {output} "
+        "python -m kbench.results.facts --suite {wildcards.suite} --out {output} "
         "--environments {input.environments} --cells {input.cells} > {log} 2>&1"
 
 
 rule archive:
-    """One finished run -> results/archive/<run_id>.tar.gz with a SHA-256 manifest (see kbench.archive).
+    """One finished run -> results/archive/<run_id>.tar.gz with a SHA-256 manifest (see kbench.lifecycle.archive).
     The report is an input: make it first with `snakemake --report results/report/<suite>.html`."""
     input:
         cells=cell_jsons(matrix.cells(config), config["suite"])
@@ -53,6 +53,6 @@ rule archive:
         config_json=json.dumps(config),
     localrule: True
     shell:
-        "python -m kbench.archive pack --run-id {wildcards.run_id} --suite {params.suite} "
+        "python -m kbench.lifecycle.archive pack --run-id {wildcards.run_id} --suite {params.suite} "
         "--results {params.results_dir} --config-json {params.config_json:q} --report {input.report} --out {output} "
         "--cells {input.cells} --environments {input.environments} --images {input.images} > {log} 2>&1"

@@ -19,7 +19,7 @@ rule tables:
         out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
     localrule: True
     shell:
-        "python -m kbench.tables --profile {wildcards.profile} --frameworks={params.frameworks} "
+        "python -m kbench.results.tables --profile {wildcards.profile} --frameworks={params.frameworks} "
         "--keras3={params.keras3} --baseline={params.baseline} --claims={params.claims:q} "
         "--unreproduced={params.unreproduced:q} --differences={params.differences:q} "
         "--equivalence {input.equivalence} --out {params.out_dir} {input.cells} > {log} 2>&1"
@@ -39,5 +39,5 @@ rule departures:
         out_dir=lambda wildcards: results("tables", wildcards.suite),
     localrule: True
     shell:
-        "python -m kbench.departures --departures={params.departures:q} --profiles={params.profiles:q} "
+        "python -m kbench.plan.departures --departures={params.departures:q} --profiles={params.profiles:q} "
         "--out {params.out_dir} > {log} 2>&1"

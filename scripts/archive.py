@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Verify, sign, compare or keep runs: `archive.py verify X.tar.gz [--allowed-signers F --identity I]`, `archive.py
 sign X.tar.gz --key K`, `archive.py compare OLD NEW [--suite S]`, `archive.py ingest X.tar.gz [--store DIR]` (into the
-history, kbench.history; the archive itself is the workflow's target results/archive/<run-id>.tar.gz)."""
+history, kbench.lifecycle.history; the archive itself is the workflow's target results/archive/<run-id>.tar.gz)."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kbench import archive, compare, history  # noqa: E402
+from kbench.lifecycle import archive, compare, history  # noqa: E402
 
 
 def ingest(argv: list[str]) -> int:

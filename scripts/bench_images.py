@@ -22,7 +22,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from kbench import images, launch  # noqa: E402
+from kbench import host  # noqa: E402
+from kbench.stacks import images
 
 
 def wall(argv, env=None) -> float:
@@ -32,7 +33,7 @@ def wall(argv, env=None) -> float:
 
 
 def remove(image: str) -> None:
-    subprocess.run(["podman", "rmi", "--force", image], env=launch.process_env("podman"), capture_output=True)
+    subprocess.run(["podman", "rmi", "--force", image], env=host.client_env("podman"), capture_output=True)
 
 
 def main() -> int:
@@ -49,7 +50,7 @@ def main() -> int:
     base_image = f"localhost/kbench/base:{images.DEBIAN_SUITE}"
     for attempt in range(2 if args.base else 0):
         remove(base_image)
-        packages = yaml.safe_load((launch.REPO / "config.yaml").read_text())["containers"]["base_packages"]
+        packages = yaml.safe_load((REPO / "config.yaml").read_text())["containers"]["base_packages"]
         base = images.build_base("debian", args.epoch, work / "base.json", packages)
         base_ids.append(base["id"])
         print(f"base build {attempt + 1}: {base['build_seconds']} s, {base['size_bytes'] / 1e6:.0f} MB, {base['id']}")
@@ -72,9 +73,9 @@ def main() -> int:
         print(f"reproducible base ID across two builds: {base_ids[0] == base_ids[1]}")
 
     host_python = REPO / ".envs" / f"{args.stack}.{args.accelerator}" / "bin" / "python"
-    podman = ["podman", "run", "--rm", "--network", "none", *launch.ulimit_args(), records["warm"]["id"],
+    podman = ["podman", "run", "--rm", "--network", "none", *host.ulimit_args(), records["warm"]["id"],
               "python", "-c", "pass"]
-    podman_env = launch.process_env("podman")
+    podman_env = host.client_env("podman")
     wall(podman, podman_env)                    # first start pays the storage setup
     container = [wall(podman, podman_env) for _ in range(args.runs)]
     host = [wall([str(host_python), "-c", "pass"]) for _ in range(args.runs)] if host_python.exists() else [0.0]

@@ -24,7 +24,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 def host(args) -> int:
     import yaml
-    from kbench import launch, matrix
+    from kbench.plan import matrix
+    from kbench.run import launch
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["accelerator"] = "cpu"       # the cpu venv; a gpu spec would carry JAX_PLATFORMS=cuda and the GPU checks

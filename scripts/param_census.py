@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Parameter counts of every model/task in every framework at one size, built as the cells build them but never run,
-and the parity flag of kbench.tables: the check for sizes a CPU cannot run (paper Gemma has 8.5 B parameters).
+and the parity flag of kbench.results.tables: the check for sizes a CPU cannot run (paper Gemma has 8.5 B parameters).
 
     .venv/bin/python scripts/param_census.py --size paper [--runtime podman|host] [--frameworks a,b]
 
@@ -19,7 +19,11 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kbench import files, launch, matrix, records, tables  # noqa: E402
+from kbench import files, records  # noqa: E402
+from kbench.host import REPO
+from kbench.plan import matrix
+from kbench.results import tables
+from kbench.run import launch
 
 def census(config: dict, framework: str, size: str, runtime: str, results: Path) -> list[dict]:
     suite = next(name for name, suite in config["suites"].items() if suite["size"] == size)
@@ -34,9 +38,9 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     environment = records.read(results / records.path(runtime, stack, config["accelerator"]))
     out = results / "census" / size / f"{framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    argv = launch.command(runtime, environment, out, module="kbench.census", name=f"kbench-census-{framework}")
+    argv = launch.command(runtime, environment, out, module="kbench.studies.census", name=f"kbench-census-{framework}")
     subprocess.run(argv, input=json.dumps(specs), text=True, check=True, env=launch.process_env(runtime, environment),
-                   cwd=launch.REPO, stdout=subprocess.DEVNULL)
+                   cwd=REPO, stdout=subprocess.DEVNULL)
     by_id = {spec["cell_id"]: spec for spec in specs}
     return [{**{k: by_id[c["cell_id"]][k] for k in ("model", "task", "precision", "framework")}, "batch_size": 1,
              "params_total": c.get("total"), "params_trainable": c.get("trainable"), "error": c.get("error")}
@@ -49,14 +53,14 @@ def main(argv=None) -> int:
     parser.add_argument("--runtime", default="podman", choices=["host", "podman"])
     parser.add_argument("--frameworks", help="comma-separated (default: config.yaml's)")
     parser.add_argument("--models", help="comma-separated (default: config.yaml's)")
-    parser.add_argument("--config", default=str(launch.REPO / "config.yaml"))
+    parser.add_argument("--config", default=str(REPO / "config.yaml"))
     args = parser.parse_args(argv)
     config = yaml.safe_load(Path(args.config).read_text())
     config["accelerator"] = "cpu"
     if args.models:
         config["models"] = args.models.split(",")
     frameworks = args.frameworks.split(",") if args.frameworks else config["frameworks"]
-    results = launch.REPO / config["results_dir"]
+    results = REPO / config["results_dir"]
     long = pd.DataFrame([row for fw in frameworks for row in census(config, fw, args.size, args.runtime, results)])
     table = tables.params_table(long, frameworks).reset_index().drop(columns="batch_size")
     errors = long.dropna(subset=["error"])

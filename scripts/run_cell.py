@@ -2,7 +2,8 @@
 applicable."""
 import os
 
-from kbench import cell, launch
+from kbench import cell
+from kbench.run import launch
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 params, repeat = sm.params, int(sm.wildcards.repeat)

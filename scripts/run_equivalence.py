@@ -1,8 +1,8 @@
-"""Snakemake script of rules `equivalence_reference` and `equivalence`: one equivalence job (kbench.equivalence) of a
+"""Snakemake script of rules `equivalence_reference` and `equivalence`: one equivalence job (kbench.equivalence.check) of a
 model in a column, through the launcher like a cell (its own process and image; failures decoded into its record)."""
-from kbench import launch
+from kbench.run import launch
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 files = {"reference": sm.input.reference} if "reference" in sm.input.keys() else {}
 launch.run_cell(sm.params.job, sm.params.runtime, sm.input.environment, sm.output.json, sm.log[0],
-                timeout_s=sm.resources.cell_timeout_s, module="kbench.equivalence", files=files)
+                timeout_s=sm.resources.cell_timeout_s, module="kbench.equivalence.check", files=files)

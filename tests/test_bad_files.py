@@ -11,7 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import REPO
-from kbench import archive, bisect, compare, departures, gpucheck, history, recover
+from kbench.lifecycle import archive, bisect, compare, history
+from kbench.plan import departures
+from kbench.run import recover
+from kbench.studies import gpucheck
 from test_lifecycle import CELL, MS, RUN_CONFIG, keypair, rewrite, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(16)

@@ -1,4 +1,4 @@
-"""kbench.bisect on the synthetic stack (NumPy only, host venvs) with planted packages: small wheels made here,
+"""kbench.lifecycle.bisect on the synthetic stack (NumPy only, host venvs) with planted packages: small wheels made here,
 resolved and installed with --find-links. kbench-plant-b sets the synthetic device's time per step at interpreter
 start (a .pth file: 2 ms in 1.0, 8 ms in 1.1, a slower step); kbench-plant-a is inert in both versions; kbench-plant-c
 2.0 requires kbench-plant-d >= 2.0, so the resolver can only move those two together. The decision rule itself is
@@ -15,7 +15,10 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO
-from kbench import bisect, cell, config_check, envs, images, lockcheck, lockgroups
+from kbench import cell
+from kbench.lifecycle import bisect
+from kbench.plan import config_check
+from kbench.stacks import envs, images, lockcheck, lockgroups
 
 CELL = "tiny/strict/synthetic/fit/bs4/float32/synthetic"
 NUMPY = lockcheck.pinned((REPO / "envs" / "synthetic.cpu.lock").read_text())["numpy"]
@@ -267,7 +270,7 @@ def test_a_cell_that_cannot_be_bisected_is_named_in_one_line(tmp_path, cell_id, 
 
 
 def test_the_cells_spec_is_the_one_rule_cell_gives_it(tmp_path):
-    from kbench import matrix
+    from kbench.plan import matrix
     config = bisect.load_config(config_file(tmp_path))
     spec = bisect.cell_spec(config, CELL, "synthetic", "cpu")
     assert spec == matrix.spec(config, "tiny", "synthetic", "fit", 4, "float32", "synthetic", "strict")

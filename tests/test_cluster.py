@@ -15,7 +15,8 @@ import yaml
 
 import prebuild
 from conftest import REPO, SNAKEMAKE, snakemake
-from kbench import cell, launch, records
+from kbench import cell, records
+from kbench.run import launch
 from test_faults import cell_of, fault_workflow, podman_containers, record
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import REPO, snakemake
 from dag import plan
-from kbench import config_check
+from kbench.plan import config_check
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 

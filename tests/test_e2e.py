@@ -18,7 +18,10 @@ import yaml
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, envs, launch, matrix, records, sources
+from kbench import cell, host, records
+from kbench.plan import matrix, sources
+from kbench.run import launch
+from kbench.stacks import envs
 
 pytestmark = pytest.mark.e2e
 # Every framework family in podman images (native PyTorch eager and compiled, Keras 2, Keras 3); host venvs for the
@@ -293,7 +296,7 @@ def test_every_ok_cell_has_model_flops_and_throughput(any_run):
     summary = pd.read_csv(tables / "cells_summary.csv")
     ok = summary[summary.status == "ok"]
     assert len(ok) and (ok.flops_per_step > 0).all() and (ok.tflops_per_s > 0).all()
-    assert ok.mfu.isna().all()          # a CPU has no peak in kbench.peaks: no MFU, rather than a guessed one
+    assert ok.mfu.isna().all()          # a CPU has no peak in kbench.gpu.peaks: no MFU, rather than a guessed one
     throughput = pd.read_csv(tables / "throughput.csv")
     assert len(throughput) == len(ok)
 
@@ -515,7 +518,7 @@ def run_in_image(results, stack, *parts, timeout=600):
     code = f"CONFIG_JSON = {json.dumps(json.dumps({**CONFIG, 'accelerator': 'cpu'}))}\n" + "".join(
         textwrap.dedent(part) for part in parts)
     argv = ["podman", "run", "--rm", "-i", "--network", "none", "--env", "OMP_NUM_THREADS=1",
-            f"--volume={launch.REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", *launch.ulimit_args(),
+            f"--volume={launch.REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", *host.ulimit_args(),
             environment["id"], "python", "-c", code]
     proc = subprocess.run(argv, env=launch.process_env("podman"), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -524,7 +527,9 @@ def run_in_image(results, stack, *parts, timeout=600):
 
 ADAPTER_GUARDS = """
     import contextlib, json, math
-    from kbench import adapters, matrix, runner
+    from kbench import adapters
+    from kbench.plan import matrix
+    from kbench.run import runner
     config = json.loads(CONFIG_JSON)
 
     def workload(adapter, model, task, batch, precision, framework):
@@ -616,7 +621,7 @@ def test_a_stack_built_alone_and_beside_another_gets_the_same_image_id(podman_ru
     """The synthetic stack (NumPy only) rebuilt with --no-cache alone, then twice at once as Snakemake would build
     two stacks (each build's intermediates are the other's): one ID, and no history naming a `-tmp` intermediate."""
     import threading
-    from kbench import images
+    from kbench.stacks import images
     runtime, models, frameworks, tables, results = podman_run
     base, cache = results / "images" / "base.json", REPO / CONFIG["containers"]["uv_cache"]
     tags = [f"localhost/kbench-test/synthetic:id-{name}" for name in ("alone", "beside-1", "beside-2")]
@@ -642,7 +647,7 @@ def test_a_stack_built_alone_and_beside_another_gets_the_same_image_id(podman_ru
 def test_a_lock_given_to_the_image_build_makes_the_image_envs_makes(podman_run, tmp_path):
     """images.build_stack with a lock from elsewhere (a bisect step's) gives the same image ID as the same lock in
     envs/: the step's image is the stack's image for that lock (on the podman run's base image)."""
-    from kbench import images
+    from kbench.stacks import images
     runtime, models, frameworks, tables, results = podman_run
     base = results / "images" / "base.json"
     elsewhere = tmp_path / "steps" / "old" / "synthetic.cpu.lock"
@@ -698,12 +703,12 @@ def run_job(results, job, reference, tmp_path):
     stack = matrix.stack_of(CONFIG, job["framework"])
     out = tmp_path / f"{job['framework']}.json"
     launch.run_cell(job, "podman", results / "images" / f"{stack}.cpu.json", out, tmp_path / "job.log",
-                    timeout_s=900, module="kbench.equivalence", files={"reference": reference})
+                    timeout_s=900, module="kbench.equivalence.check", files={"reference": reference})
     return cell.read(out)
 
 
 def verdicts(result) -> list[str]:
-    from kbench import tables
+    from kbench.results import tables
     return list(tables.equivalence_long([result], CONFIG["equivalence"]["differences"]).verdict)
 
 
@@ -818,7 +823,7 @@ def test_the_jax_numpy_job_times_both_sides_and_agrees(podman_run):
     """The JAX-against-NumPy job of the podman run (the keras3-jax image, the tiny suite's sizes): every workload and
     size timed on both sides with synced blocks, JAX's results within the float32 tolerance of NumPy's, and the
     claim read per workload."""
-    from kbench import jax_numpy_tables
+    from kbench.studies import jax_numpy_tables
     runtime, models, frameworks, tables_dir, results = podman_run
     result = cell.read(results / "jax_numpy" / "tiny" / "result.json")
     assert result.status == "ok", result.error

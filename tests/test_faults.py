@@ -17,7 +17,7 @@ import yaml
 import prebuild
 from conftest import CONFIG, REPO, SNAKEMAKE, snakemake
 from dag import plan
-from kbench import launch
+from kbench.run import launch
 from test_launch import left_behind
 
 FAULTS = {"ok": None, "segv": "segv", "killed": "killed", "hang-child": "hang-child"}

@@ -1,4 +1,4 @@
-"""The report's first page (kbench.first_page): the findings' rules read the published page's own numbers as the
+"""The report's first page (kbench.report.first_page): the findings' rules read the published page's own numbers as the
 page reads them, fail where a row contradicts them, never turn a CPU run into a GPU conclusion, and the published
 table shows which float32 numbers cannot have been FP32."""
 import json
@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from conftest import CONFIG
-from kbench import first_page, matrix
+from kbench.plan import matrix
+from kbench.report import first_page
 
 KERAS3 = matrix.keras3_frameworks(CONFIG)
 FINDINGS = {f["kind"] + f.get("against", ""): f for f in CONFIG["published"]["findings"]}

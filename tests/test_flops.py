@@ -1,4 +1,4 @@
-"""kbench.flops: hand-checkable cases, paper sizes against published figures, and (e2e) every tiny model/task against
+"""kbench.results.flops: hand-checkable cases, paper sizes against published figures, and (e2e) every tiny model/task against
 torch.utils.flop_counter.FlopCounterMode around one step of the native-torch-eager cell in the native-torch image."""
 import copy
 import json
@@ -9,13 +9,16 @@ import pytest
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import flops, launch, matrix, records
+from kbench import host, records
+from kbench.plan import matrix
+from kbench.results import flops
+from kbench.run import launch
 
 CPU_CONFIG = {**copy.deepcopy(CONFIG), "accelerator": "cpu"}
 
 
 def spec_of(model, task, size="paper", batch=None, arch=None, **task_options):
-    """The resolved cell spec (kbench.matrix.spec) at the model's first listed precision, with optional overrides."""
+    """The resolved cell spec (kbench.plan.matrix.spec) at the model's first listed precision, with optional overrides."""
     model_def = CPU_CONFIG["model_defs"][model]
     suite = "paper" if size == "paper" else "tiny"
     batch = batch or model_def["tasks"][task]["batch_sizes"][0]
@@ -249,7 +252,7 @@ COUNTER_SCRIPT = textwrap.dedent('''
 
     # torch registers FLOP formulas for the GPU SDPA kernels only; on a CPU, scaled_dot_product_attention runs the
     # fused flash kernel below (or the math path, plain bmm, where dropout is on: BERT fit). Forward: torch's own
-    # sdpa_flop_count (QK^T + AV). Backward: the four gradient products, 2x the forward (kbench.flops' convention;
+    # sdpa_flop_count (QK^T + AV). Backward: the four gradient products, 2x the forward (kbench.results.flops' convention;
     # torch's GPU formula adds a fifth, the QK^T recompute of flash/efficient kernels).
     def sdpa_cpu(query, key, value, *args, out_shape=None, **kwargs):
         return sdpa_flop_count(query, key, value)
@@ -291,7 +294,7 @@ TINY_CASES = [(model, task) for model in CPU_CONFIG["models"] for task in CPU_CO
 VARIANTS = {"sam fit, padded windows": ("sam", "fit", {"window_size": 3}),
             "mistral generate, past the sliding window": ("mistral", "generate", {"sliding_window": 16})}
 E2E_BATCH = 2
-# Relative tolerance between kbench.flops and the counter. Reached: exact (0 FLOPs apart) on every case.
+# Relative tolerance between kbench.results.flops and the counter. Reached: exact (0 FLOPs apart) on every case.
 TOLERANCE = 0.0
 
 
@@ -318,7 +321,7 @@ def native_torch_image(tmp_path_factory, built):
 def run_counter(image_id, cases):
     """One container start: every case counted by FlopCounterMode around one step. -> {name: result}"""
     script = f"import json\nCASES = json.loads({json.dumps(cases)!r})\n" + COUNTER_SCRIPT
-    argv = ["podman", "run", "--rm", "-i", "--network", "none", *launch.ulimit_args(),
+    argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
             f"--volume={REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", image_id, "python", "-"]
     proc = subprocess.run(argv, input=script, text=True, capture_output=True, timeout=1800,
                           env=launch.process_env("podman"))
@@ -339,10 +342,10 @@ def test_formulas_match_flop_counter_mode_on_every_tiny_model_and_task(native_to
             continue
         ours, theirs = flops.per_step(case["spec"]), result["flops"]
         off = (ours - theirs) / theirs
-        line = f"{case['name']:45s} kbench.flops {ours:>15,d}  FlopCounterMode {theirs:>15,d}  {100 * off:+.3f}%"
+        line = f"{case['name']:45s} kbench.results.flops {ours:>15,d}  FlopCounterMode {theirs:>15,d}  {100 * off:+.3f}%"
         report.append(line)
         if abs(off) > TOLERANCE:
             failures.append(f"{line}\n    counter by op: {result['by_op']}\n"
-                            f"    kbench.flops parts: {flops.breakdown(case['spec'])}")
+                            f"    kbench.results.flops parts: {flops.breakdown(case['spec'])}")
     print("\n".join(report))
     assert not failures, "\n".join(failures)

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, tables
+from kbench import cell
+from kbench.results import tables
 
 FAKE_NVML = Path(__file__).parent / "fake_nvml"
 UUIDS = [f"GPU-fake-{i}" for i in range(4)]
@@ -78,7 +79,8 @@ def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_
     monkeypatch.setenv("KBENCH_FAKE_NVML_REASONS", str(0x4 | 0x1))            # power cap, and idle (not a slowdown)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-2")
     from test_launch import synthetic_spec
-    from kbench import lockcheck, runner
+    from kbench.run import runner
+    from kbench.stacks import lockcheck
     lock = tmp_path / "venv.lock"
     lock.write_text("".join(f"{n}=={v}\n" for n, v in sorted(lockcheck.installed().items())))
     monkeypatch.setenv("KBENCH_LOCK", str(lock))
@@ -132,9 +134,9 @@ def test_a_slowdown_anywhere_in_the_window_is_reported_though_gone_at_its_end(mo
     """The window's reasons are OR-ed over every sample: a thermal slowdown seen only in the first sample still
     flags the cell."""
     import time
-    from kbench import gpu
-    monkeypatch.setattr(gpu, "SAMPLE_S", 0.001)
-    monitor = gpu.WindowMonitor()
+    from kbench.gpu import nvml
+    monkeypatch.setattr(nvml, "SAMPLE_S", 0.001)
+    monitor = nvml.WindowMonitor()
     monitor.nvml, monitor.handle = ThrottledOnce(), 0
     monitor.start()
     deadline = time.monotonic() + 5

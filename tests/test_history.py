@@ -1,4 +1,4 @@
-"""The history of runs (kbench.history): ingest is idempotent (a results directory and its archive are one run),
+"""The history of runs (kbench.lifecycle.history): ingest is idempotent (a results directory and its archive are one run),
 consecutive comparable runs give a changes table naming the packages that moved, series never mix devices, and one
 SQL query prints a cell's trend."""
 import json
@@ -6,7 +6,9 @@ import shutil
 
 import pytest
 
-from kbench import cell, history, matrix
+from kbench import cell
+from kbench.lifecycle import history
+from kbench.plan import matrix
 from test_lifecycle import MS, packed_run, write_run  # noqa: F401  (packed_run: the module's fixture)
 
 JAX_FIT = matrix.Cell("tiny", "strict", "bert", "fit", 32, "float32", "keras3-jax").cell_id
@@ -74,7 +76,7 @@ def test_a_bump_is_named_in_changes_and_one_query_prints_the_trend(tmp_path, cap
     rows = [[part.strip() for part in line.split("|")[1:-1]] for line in lines]
     assert rows[0] == ["estimate_ms", "packages_changed"] and len(rows) == 4, lines
     assert rows[2:] == [["101", ""], ["121.2", "keras 3.15.1 -> 3.16.0"]], lines      # 100, 101, 102 ms; 20% slower
-    from kbench import first_page
+    from kbench.report import first_page
     moved, said = first_page.latest_changes(store, "tiny", "strict")
     assert list(moved.cell) == [JAX_FIT] and "2 cells measured anew, 1 moved" in said
     out, plots = tmp_path / "tables", tmp_path / "plots"
@@ -119,7 +121,7 @@ def test_a_runs_id_is_the_names_and_bytes_of_its_cell_records_only(tmp_path):
     another suite's cells) and the order files are read in: not part of it."""
     import tarfile
     from types import SimpleNamespace
-    from kbench.archive import Run
+    from kbench.lifecycle.archive import Run
     fit, predict = (f"cells/tiny/strict/bert/{t}/float32/keras3-jax.r1.json" for t in ("fit/bs32", "predict/bs256"))
     records = {fit: b'{"mean_ms": 100.0}', predict: b'{"mean_ms": 200.0}'}
     beside = {"equivalence/tiny/strict/bert/keras3-jax.json": b"{}", "cells/paper/strict/x.r1.json": b"{}",

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kbench import images
+from kbench.stacks import images
 
 
 def fake_history(monkeypatch, comments):

@@ -1,11 +1,13 @@
-"""JAX against NumPy (kbench.jax_numpy, kbench.jax_numpy_tables): the verdict on made-up timings, agreement that
+"""JAX against NumPy (kbench.studies.jax_numpy, kbench.studies.jax_numpy_tables): the verdict on made-up timings, agreement that
 fails a wrong result, the config's checks (the job itself runs in the e2e podman run, tests/test_e2e.py)."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import CONFIG, REPO
-from kbench import cell, config_check, jax_numpy, jax_numpy_tables as tables
+from kbench import cell
+from kbench.plan import config_check
+from kbench.studies import jax_numpy, jax_numpy_tables as tables
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 CLAIM = CONFIG["jax_numpy"]["claim"]

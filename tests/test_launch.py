@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kbench import cell, launch
+from kbench import cell
+from kbench.run import launch
 
 
 def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
@@ -26,7 +27,7 @@ def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
 def driver_environment(tmp_path):
     """The test's own venv stands in for a stack environment (it has NumPy, all the synthetic adapter needs), with
     a lock of exactly what it holds."""
-    from kbench import lockcheck
+    from kbench.stacks import lockcheck
     lock = tmp_path / "driver-venv.lock"
     lock.write_text("".join(f"{name}=={version}\n" for name, version in sorted(lockcheck.installed().items())))
     record = tmp_path / "environment.json"
@@ -127,7 +128,7 @@ def test_the_timer_calls_the_backends_sync_to_close_every_block(tmp_path, driver
 def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_path, driver_environment, monkeypatch):
     """In process (the launcher's own GPU preflight would stop it first on this host): the device check comes before
     the model is built, so the step that would fail the cell never runs."""
-    from kbench import runner
+    from kbench.run import runner
     monkeypatch.setenv("KBENCH_LOCK", json.loads(driver_environment.read_text())["lock"])
     spec = synthetic_spec("step")
     spec["accelerator"] = "gpu"
@@ -141,7 +142,7 @@ def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_pat
 def test_a_gpu_cell_of_either_cuda_that_runs_on_the_cpu_is_refused(accelerator, monkeypatch):
     """Every GPU accelerator (gpu, gpu-cuda12: the CUDA 12 locks) asks for a GPU: a framework that fell back to the
     CPU under either is refused, not timed as a GPU cell; a CPU cell on the CPU, or a GPU cell on a GPU, goes on."""
-    from kbench import runner
+    from kbench.run import runner
     from kbench.adapters import NoAccelerator, synthetic
     monkeypatch.delenv("KBENCH_SYNTHETIC_GPU", raising=False)
     spec = {**synthetic_spec(), "accelerator": accelerator}
@@ -159,7 +160,7 @@ def test_a_gpu_cell_of_either_cuda_that_runs_on_the_cpu_is_refused(accelerator, 
 ])
 def test_a_fit_with_any_non_finite_timed_loss_is_failed(losses):
     """One non-finite loss of the two read is enough: the window timed broken arithmetic."""
-    from kbench import runner
+    from kbench.run import runner
     with pytest.raises(runner.NonFiniteLoss, match="non-finite loss: first timed step"):
         runner.check_losses(losses)
     runner.check_losses({"first_timed_step": 2.3, "last_timed_step": 2.1})
@@ -185,7 +186,8 @@ class Compiling:
 def test_compiles_in_the_window_are_counted_from_the_windows_start_not_the_processs(recompile, in_window):
     """A compiled cell compiles in its warm-up (3 graphs before the window): a window that compiled nothing has 0
     compiles in it (no flag), one that recompiled in its second step has 1."""
-    from kbench import runner, timing
+    from kbench import timing
+    from kbench.run import runner
     compiling = Compiling(recompile)
     window = runner.Window(compiling)
     timing.measure(compiling.step, lambda out: None, 2, 4, on_window=window)
@@ -241,7 +243,7 @@ def test_predict_records_no_loss(tmp_path, driver_environment):
 
 def test_host_command_runs_the_runner_in_the_stack_python():
     argv = launch.command("host", {"prefix": "/envs/keras3-jax.cpu"}, Path("out.json"))
-    assert argv == ["/envs/keras3-jax.cpu/bin/python", "-m", "kbench.runner", "--out", "out.json"]
+    assert argv == ["/envs/keras3-jax.cpu/bin/python", "-m", "kbench.run.runner", "--out", "out.json"]
 
 
 def test_unknown_runtime_names_the_allowed_ones():
@@ -253,7 +255,7 @@ IMAGE = {"id": "sha256:" + "ab" * 32, "sif": "/images/keras3-jax.gpu.sif"}
 OUT = Path("/work/results/cells/tiny/bert/fit/bs32/float32/keras3-jax.json")
 MOUNTS = [f"{launch.REPO}/scripts:/opt/kbench/scripts:ro",
           "/work/results/cells/tiny/bert/fit/bs32/float32:/kbench/out:rw"]
-INNER = ["python", "-m", "kbench.runner", "--out", "/kbench/out/keras3-jax.json"]
+INNER = ["python", "-m", "kbench.run.runner", "--out", "/kbench/out/keras3-jax.json"]
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -371,7 +373,7 @@ def kill_driver_mid_cell(tmp_path, driver_environment, slow_removal_s=0.0):
     assert left_behind() == []
     launcher = tmp_path / "launcher.py"
     launcher.write_text(
-        "import json, sys, threading, time\nfrom kbench import launch\n"
+        "import json, sys, threading, time\nfrom kbench.run import launch\n"
         "kill = launch._Stop.kill\n"           # slow only where the watchdog (not the main thread) removes the cell
         "launch._Stop.kill = lambda self: (kill(self), threading.current_thread() is threading.main_thread() or "
         f"time.sleep({slow_removal_s}))\n"
@@ -438,9 +440,9 @@ def test_an_environment_that_drifted_from_its_lock_fails_the_cell(tmp_path, driv
 
 
 def test_a_preinstalled_interpreter_records_its_drift_from_the_lock_instead_of_failing(tmp_path):
-    """Runtime preinstalled (an HPC module, a vendor image): kbench.envs records the interpreter as found, the cell
+    """Runtime preinstalled (an HPC module, a vendor image): kbench.stacks.envs records the interpreter as found, the cell
     runs in it and records how it differs from the stack's lock."""
-    from kbench import envs
+    from kbench.stacks import envs
     lock = tmp_path / "stack.lock"
     lock.write_text("numpy==0.0.1 \\\n    --hash=sha256:00\n")
     record = envs.record_preinstalled("driver", "cpu", lock, sys.executable, tmp_path / "preinstalled.json")
@@ -460,7 +462,7 @@ def test_unsupported_task_is_reported_not_failed(tmp_path, driver_environment):
 
 
 def test_image_transport_commands_for_hosts_without_podman():
-    from kbench import images
+    from kbench.stacks import images
     archive, sif = Path("/r/images/keras3-jax.gpu.oci.tar"), Path("/r/images/keras3-jax.gpu.sif")
     assert images.sif_command(archive, sif) == ["apptainer", "build", "--force", str(sif),
                                                 "oci-archive:///r/images/keras3-jax.gpu.oci.tar"]
@@ -468,7 +470,7 @@ def test_image_transport_commands_for_hosts_without_podman():
 
 
 def test_image_build_is_pinned_offline_of_the_image_and_reproducible():
-    from kbench import images
+    from kbench.stacks import images
     tag = images.stack_tag("keras3-jax", "gpu", "sha256:" + "0123456789abcdef" * 4)
     assert tag == "localhost/kbench/keras3-jax:gpu-0123456789abcdef"
     argv = images.build_command("keras3-jax", "gpu", "sha256:base", 1735689600, Path("/cache"), tag)
@@ -508,7 +510,7 @@ def test_a_cell_writes_into_a_staging_folder_of_its_own(tmp_path, driver_environ
 
 
 def test_a_base_rebuild_names_the_debian_packages_that_changed(tmp_path):
-    from kbench import images
+    from kbench.stacks import images
     history = tmp_path / "base.history.json"
     first = {"id": "sha256:1", "manifest_sha256": "sha256:a", "manifest": ["libc6=2.36-9+deb12u9", "python3=3.11.2-1"]}
     assert images._remember(history, first) is None
@@ -631,7 +633,7 @@ def gpu_host(tmp_path, monkeypatch):
     for name in ("SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(launch, "LEASES", tmp_path)
-    from kbench import preflight
+    from kbench.gpu import preflight
     return preflight.Host(run=lambda argv: rows)
 
 

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from conftest import CONFIG, snakemake
-from kbench import archive, cell, compare, matrix, records, timing
+from kbench import cell, records, timing
+from kbench.lifecycle import archive, compare
+from kbench.plan import matrix
 
 FRAMEWORKS = ["native-torch-eager", "keras3-jax"]
 ARGS = ["--config", "suite=tiny", "accelerator=cpu", "runtime=podman", "models=[bert]",
@@ -81,7 +83,7 @@ RUN_CONFIG = {**CONFIG, "suite": "tiny", "accelerator": "cpu", "runtime": "podma
 def pack_in_process(results: Path, out: Path, runtime="podman") -> Path:
     """What the workflow's tables, plots, run_facts and archive rules make of a fixture run, by the same functions
     in this process (the report a placeholder page): an archive to verify, tamper with, compare and ingest."""
-    from kbench import facts, plots
+    from kbench.results import facts, plots
     config = {**RUN_CONFIG, "runtime": runtime}
     cells_by_id: dict = {}
     paths = sorted(p for p in (results / "cells").rglob("*.r*.json") if "attempts" not in p.parts
@@ -263,7 +265,7 @@ def test_verify_names_an_extra_file(packed_run, tmp_path):
             extra={"tiny-run1/tables/tiny/better_numbers.csv": b"1,2"})
     assert archive.verify(tmp_path / "t.tar.gz") == [
         "tables/tiny/better_numbers.csv: extra (not listed in MANIFEST.sha256)",
-        "tables/tiny/better_numbers.csv: not a table kbench.tables makes"]
+        "tables/tiny/better_numbers.csv: not a table kbench.results.tables makes"]
 
 
 def test_verify_names_a_cell_whose_image_differs_from_the_record(packed_run, tmp_path):

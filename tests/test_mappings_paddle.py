@@ -1,9 +1,9 @@
-"""The Paddle columns' weight rules (kbench.mappings.paddle): torch's state dict, as the native column's mapping makes
+"""The Paddle columns' weight rules (kbench.models.mappings.paddle): torch's state dict, as the native column's mapping makes
 it from the reference, onto paddlenlp's BERT and paddle.vision's ResNet-50 (NumPy only)."""
 import numpy as np
 import pytest
 
-from kbench.mappings import paddle as to_paddle
+from kbench.models.mappings import paddle as to_paddle
 
 HIDDEN, FF = 4, 8
 

@@ -1,4 +1,4 @@
-"""The equivalence check's SAM and Stable Diffusion weight mappings (kbench.mappings.sam, .stable_diffusion), without
+"""The equivalence check's SAM and Stable Diffusion weight mappings (kbench.models.mappings.sam, .stable_diffusion), without
 any framework: tests/data/keras_torch_weights.json holds the real weight paths and shapes, dumped once in the images,
 of keras-hub's SAM (tiny arch: the reference's order), keras-cv 0.9's on Keras 2 (its weight and layer names, its
 order) and segment-anything's state dict; and of the Stable Diffusion models of kbench.adapters._keras_sd and
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kbench import mappings
-from kbench.mappings._numbered import ordinal_paths
+from kbench.models import mappings
+from kbench.models.mappings._numbered import ordinal_paths
 
 DUMP = json.loads((Path(__file__).parent / "data" / "keras_torch_weights.json").read_text())
 
@@ -84,7 +84,7 @@ class _Layer:
 
 
 class _Keras2Model:
-    """What kbench.mappings.sam.by_layer_names reads of a tf.keras model: its weights and its layers' own weights."""
+    """What kbench.models.mappings.sam.by_layer_names reads of a tf.keras model: its weights and its layers' own weights."""
 
     def __init__(self, entries):
         self.weights, self._layers = [], {}

@@ -1,6 +1,7 @@
 import pytest
 
-from kbench import matrix, precision
+from kbench import precision
+from kbench.plan import matrix
 
 
 MIXED = ("float32", "tf32", "mixed_float16", "mixed_bfloat16")
@@ -159,10 +160,10 @@ def test_a_profile_is_its_settings_after_the_departures_it_keeps(config):
 def test_the_profiles_gelu_reaches_hf_berts_config(config, profile, hidden_act):
     """strict: the tanh GELU every Keras column runs; anchor: HF's exact one, as the anchor's code ran it. The
     setting must reach BertConfig's hidden_act, or the anchor profile times another function unsaid."""
-    from kbench import models
+    from kbench.models import constructors
     spec = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "native-torch-compiled", profile)
-    assert models.hf_bert_config(spec["arch"], spec["settings"]["gelu"])["hidden_act"] == hidden_act
-    assert models.paddlenlp_bert_config(spec["arch"])["hidden_act"] == "gelu"      # paddle sets tanh on its layers
+    assert constructors.hf_bert_config(spec["arch"], spec["settings"]["gelu"])["hidden_act"] == hidden_act
+    assert constructors.paddlenlp_bert_config(spec["arch"])["hidden_act"] == "gelu"      # paddle sets tanh on its layers
 
 
 def test_tf32_off_puts_the_override_in_the_cell_environment(config):

@@ -67,7 +67,7 @@ def test_a_cell_that_asked_for_tf32_on_a_gpu_and_got_fp32_is_refused():
 def test_the_framework_switches_are_set_for_the_cells_compute_dtype(compute):
     """The runner hands the backend the cell's compute dtype with its tf32 mode: JAX's default matmul precision is
     for float32-compute cells only (kbench.adapters._hooks), which the backend can tell only from this argument."""
-    from kbench import runner
+    from kbench.run import runner
     seen = []
     backend = types.SimpleNamespace(set_tf32=lambda mode, compute_dtype: seen.append((mode, compute_dtype)) or {},
                                     matmul=lambda a, b: a @ b)
@@ -85,5 +85,5 @@ def test_a_step_that_read_its_result_back_is_told_from_one_that_left_it_on_the_d
     """evidence.step_returns: the same host work per fit step in every column (a loss read back, as
     train_on_batch does) is checked from what each step returned: a framework array (here any other object) is
     'device'."""
-    from kbench import runner
+    from kbench.run import runner
     assert runner.step_returns(output) == where

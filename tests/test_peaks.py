@@ -2,7 +2,9 @@
 against the arithmetic every product of the step could run in."""
 import pytest
 
-from kbench import flops, matrix, peaks
+from kbench.gpu import peaks
+from kbench.plan import matrix
+from kbench.results import flops
 
 # Device names exactly as NVML's nvmlDeviceGetName (and torch.cuda.get_device_name) report them, and the dense
 # (no sparsity) TF32 / BF16 peaks of each from its datasheet.

@@ -7,7 +7,9 @@ import pytest
 import yaml
 
 from conftest import REPO, snakemake
-from kbench import cuda, launch, preflight
+from kbench import host
+from kbench.gpu import cuda, preflight
+from kbench.run import launch
 
 TORCH_STACKS = ["native-torch", "keras3-torch"]
 ALL_STACKS = ["native-torch", "keras2", "keras3-jax", "keras3-tensorflow", "keras3-torch"]
@@ -188,7 +190,7 @@ def test_the_preflights_verdict_is_what_the_real_podman_does_with_the_spec(env_i
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(text)
     try:
-        proc = subprocess.run(["podman", "run", "--rm", "--network", "none", *launch.ulimit_args(), "--device",
+        proc = subprocess.run(["podman", "run", "--rm", "--network", "none", *host.ulimit_args(), "--device",
                                "example.com/gpu=0", env_image, "/usr/bin/env"], capture_output=True, text=True,
                               env=preflight_env(),
                               timeout=120)

@@ -4,7 +4,7 @@ import re
 import shlex
 
 from conftest import CONFIG, REPO
-from kbench import matrix
+from kbench.plan import matrix
 
 README = (REPO / "README.md").read_text()
 CELL_PATH = re.compile(r"results/cells/(\S+?)\.r(\d+)\.json")

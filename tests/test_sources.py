@@ -5,7 +5,8 @@ import json
 import pytest
 
 from conftest import REPO
-from kbench import sources
+from kbench import layout
+from kbench.plan import sources
 
 from test_launch import driver_environment, run, synthetic_spec  # noqa: F401  (fixture)
 
@@ -15,8 +16,8 @@ ADAPTERS = ["native_torch", "keras3", "keras2", "synthetic"]
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_every_cell_runs_the_runner_the_timer_and_the_guards(adapter):
     found = sources.cell_modules(adapter)
-    for module in ("kbench.runner", "kbench.timing", "kbench.cell", "kbench.lockcheck", "kbench.numerics",
-                   "kbench.gpu", "kbench.preflight", f"kbench.adapters.{adapter}", "kbench.adapters"):
+    for module in ("kbench.run.runner", "kbench.timing", "kbench.cell", "kbench.stacks.lockcheck", "kbench.numerics",
+                   "kbench.gpu.nvml", "kbench.gpu.preflight", f"kbench.adapters.{adapter}", "kbench.adapters"):
         assert module in found, (adapter, module)
     assert all(path.startswith("scripts/kbench/") and path.endswith(".py") for path in sources.cell_sources(adapter))
 
@@ -30,24 +31,26 @@ def test_shared_helpers_are_inputs_only_of_the_adapters_that_import_them():
 def test_a_module_is_followed_through_every_kind_of_import(tmp_path, monkeypatch):
     package = tmp_path / "kbench"
     (package / "adapters").mkdir(parents=True)
-    files = {"__init__.py": "", "runner.py": "import os\nfrom kbench import timing\n",
+    files = {"__init__.py": "", "run/__init__.py": "", "run/runner.py": "import os\nfrom kbench import timing\n",
              "timing.py": "import kbench.helper\n", "helper.py": "def f():\n    from . import deep\n",
              "deep.py": "", "unused.py": "",
              "adapters/__init__.py": "", "adapters/a.py": "from kbench.adapters import _shared\n",
-             "adapters/_shared.py": "from kbench.models import x\n", "models.py": "x = 1\n"}
+             "adapters/_shared.py": "from kbench.models.constructors import x\n", "models/__init__.py": "",
+             "models/constructors.py": "x = 1\n"}
     for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
-    monkeypatch.setattr(sources, "SCRIPTS", tmp_path)
+    monkeypatch.setattr(layout, "SCRIPTS", tmp_path)
     assert sources.cell_modules("a") == ["kbench", "kbench.adapters", "kbench.adapters._shared", "kbench.adapters.a",
-                                         "kbench.deep", "kbench.helper", "kbench.models", "kbench.runner",
-                                         "kbench.timing"]
+                                         "kbench.deep", "kbench.helper", "kbench.models", "kbench.models.constructors",
+                                         "kbench.run", "kbench.run.runner", "kbench.timing"]
 
 
 def test_a_real_cell_process_imports_nothing_outside_its_derived_sources(tmp_path, driver_environment):  # noqa: F811
     result = run(tmp_path, driver_environment, synthetic_spec())
     assert result.status == "ok", result.error
     ran = result.provenance["kbench_modules"]
-    assert "kbench.runner" in ran and "kbench.adapters.synthetic" in ran
+    assert "kbench.run.runner" in ran and "kbench.adapters.synthetic" in ran
     assert set(ran) <= set(sources.cell_modules("synthetic")), json.dumps(ran)
 
 
@@ -58,4 +61,4 @@ def test_the_cell_rules_code_inputs_are_the_files_of_every_module_the_cell_runs(
     edit to it leave old cells standing."""
     files = sorted(str(sources._path(m).relative_to(REPO)) for m in sources.cell_modules(adapter))
     assert sorted(sources.cell_sources(adapter)) == files
-    assert {"scripts/kbench/numerics.py", "scripts/kbench/timing.py", "scripts/kbench/lockcheck.py"} <= set(files)
+    assert {"scripts/kbench/numerics.py", "scripts/kbench/timing.py", "scripts/kbench/stacks/lockcheck.py"} <= set(files)

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from kbench import stats
+from kbench.results import stats
 
 TRUE_MS, BETWEEN_RUNS, WITHIN_RUN, STEPS, TRIALS = 100.0, 4.0, 10.0, 100, 2000
 

@@ -1,7 +1,9 @@
 import pandas as pd
 import pytest
 
-from kbench import cell, departures, flops, matrix, tables
+from kbench import cell
+from kbench.plan import departures, matrix
+from kbench.results import flops, tables
 
 FRAMEWORKS = ["keras3-jax", "keras3-tensorflow", "keras3-torch"]
 

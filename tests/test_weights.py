@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import CONFIG
-from kbench import equivalence, mappings, matrix, tables, weights
+from kbench.equivalence import check
+from kbench.models import mappings, weights
+from kbench.plan import matrix
+from kbench.results import tables
 
 LAYOUTS = json.loads((Path(__file__).parent / "fixtures" / "tiny_weight_layouts.json").read_text())
 
@@ -58,7 +61,7 @@ def spec(model="bert", task="predict", batch=256):
 
 def test_the_tolerance_comes_from_the_models_contractions_and_depth():
     """Tiny BERT: K = max(hidden 64, intermediate 256, sequence 128) = 256, D = 6 x 2 layers + 3 = 15."""
-    assert equivalence.tolerance(spec()) == pytest.approx(2 * 2.0 ** -24 * math.sqrt(256 * 15))
+    assert check.tolerance(spec()) == pytest.approx(2 * 2.0 ** -24 * math.sqrt(256 * 15))
 
 
 def row(rel, tolerance, **extra):
@@ -67,7 +70,7 @@ def row(rel, tolerance, **extra):
 
 
 def test_the_verdict_at_the_tolerances_boundary():
-    tol = equivalence.tolerance(spec())
+    tol = check.tolerance(spec())
     assert tables.equivalence_verdict(row(tol, tol), False) == "equivalent"
     assert tables.equivalence_verdict(row(tol * (1 + 1e-9), tol), False).startswith("differs: rel ")
 
@@ -106,11 +109,11 @@ def test_a_named_difference_in_the_table_is_a_label_spelled_out_below_it():
 def test_compare_reports_the_worst_output_and_the_first_divergent_token():
     ref = {"logits": np.array([[1.0, -2.0], [0.5, 3.0]]), "tokens": np.array([[4, 5, 6], [7, 8, 9]])}
     out = {"logits": ref["logits"] + [[0.0, 0.0], [0.0, 0.03]], "tokens": np.array([[4, 5, 6], [7, 1, 9]])}
-    found = equivalence.compare(out, ref)
+    found = check.compare(out, ref)
     assert found["logits"]["max_abs"] == pytest.approx(0.03)
     assert found["logits"]["rel"] == pytest.approx(0.03 / np.linalg.norm(ref["logits"]))
     assert found["tokens"] == {"first_divergence": 1, "length": 3}
-    assert equivalence.worst(found) == found["logits"]["rel"]
+    assert check.worst(found) == found["logits"]["rel"]
 
 
 class Layer:
@@ -146,15 +149,15 @@ class Ran:
 def test_a_precision_whose_steps_ran_in_float32_has_no_accuracy_cost_to_show():
     """Paddle's auto_cast on a CPU computes float32: its mixed_float16 outputs equal its float32 ones (rel 0), which
     must read as a failed precision, not as a free one; a predict task runs one step so the dtypes are observed."""
-    from kbench import runner
+    from kbench.run import runner
     spec = {"task": "predict", "precision": "mixed_float16",
             "dtypes": {"weights": "float32", "compute": "float16", "loss_scaling": True}}
     with pytest.raises(runner.PrecisionMismatch, match="compute float32"):
-        equivalence._check_ran_in(Ran("float32"), spec)
+        check._check_ran_in(Ran("float32"), spec)
     ran = Ran("float16")
-    equivalence._check_ran_in(ran, spec)
+    check._check_ran_in(ran, spec)
     assert ran.steps == 1
-    equivalence._check_ran_in(Ran(None), spec)          # nothing observed: nothing to hold against it
+    check._check_ran_in(Ran(None), spec)          # nothing observed: nothing to hold against it
 
 
 def test_the_worst_output_decides_however_many_agree():
@@ -163,10 +166,10 @@ def test_the_worst_output_decides_however_many_agree():
     ref = {"logits": np.ones((2, 3)), "pooled": np.arange(4.0) + 1, "scores": np.full(5, 2.0),
            "tokens": np.array([[1, 2]])}
     out = {**ref, "pooled": ref["pooled"] * 1.01, "tokens": np.array([[1, 2]])}
-    found = equivalence.compare(out, ref)
+    found = check.compare(out, ref)
     assert [found[k]["rel"] for k in ("logits", "scores")] == [0.0, 0.0]
-    assert equivalence.worst(found) == pytest.approx(0.01)
-    assert equivalence.worst({"a": {"rel": 3e-3}, "b": {"rel": 1e-7}, "c": {"rel": 0.0}}) == 3e-3
+    assert check.worst(found) == pytest.approx(0.01)
+    assert check.worst({"a": {"rel": 3e-3}, "b": {"rel": 1e-7}, "c": {"rel": 0.0}}) == 3e-3
 
 
 def test_unit_scale_biases_and_shifts_are_drawn_off_zero():
@@ -179,12 +182,12 @@ def test_unit_scale_biases_and_shifts_are_drawn_off_zero():
 
 
 # ---------------------------------------------------------------- the check's own path, on a NumPy stand-in
-# kbench.equivalence._one as a job runs it (unit-scale weights made in the reference column, loaded into another,
+# kbench.equivalence.check._one as a job runs it (unit-scale weights made in the reference column, loaded into another,
 # outputs compared, the verdict read from the record), on a Keras-like NumPy MLP: the e2e controls (a swapped GELU,
 # one perturbed weight) in this process, without a framework.
 
 class Variable:
-    """What kbench.weights reads of a Keras variable: path (and name), shape, dtype, assign, numpy."""
+    """What kbench.models.weights reads of a Keras variable: path (and name), shape, dtype, assign, numpy."""
     def __init__(self, path, shape):
         self.path = self.name = path
         self.value = np.zeros(shape, np.float32)
@@ -268,13 +271,13 @@ def mlp_spec(precision="float32", **settings):
 
 
 def run_column(specs, reference=None, adapter=None):
-    """_one over a column's specs, float32 first, as equivalence.run does: (its entries, the reference's arrays)."""
+    """_one over a column's specs, float32 first, as check.run does: (its entries, the reference's arrays)."""
     from types import SimpleNamespace
     from kbench import adapters
     job = {"framework": "numpy", "fit_steps": 0, "differences": [], "reference": reference and "reference"}
     backend = SimpleNamespace(set_tf32=lambda mode, compute: {})
     arrays, own = {}, {}
-    entries = [equivalence._one(adapters, adapter or numpy_adapter(), backend, job, spec, reference, arrays, own)
+    entries = [check._one(adapters, adapter or numpy_adapter(), backend, job, spec, reference, arrays, own)
                for spec in specs]
     return entries, arrays
 
@@ -338,7 +341,7 @@ def test_the_check_sees_two_biases_swapped_by_a_mapping(mlp_reference):
 def test_a_precision_whose_steps_ran_in_float32_fails_in_the_check_not_shows_zero_cost(mlp_reference):
     """The column's mixed_float16 outputs, computed in float32 (an autocast that did nothing), equal its float32
     ones: the check fails that precision instead of reading an accuracy cost of 0; one that ran float16 has a cost."""
-    from kbench import runner
+    from kbench.run import runner
     with pytest.raises(runner.PrecisionMismatch, match="compute float32"):
         run_column([mlp_spec(), mlp_spec("mixed_float16", ran_in="float32")], mlp_reference)
     entries, _ = run_column([mlp_spec(), mlp_spec("mixed_float16")], mlp_reference)

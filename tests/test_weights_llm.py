@@ -1,11 +1,11 @@
-"""The Gemma and Mistral weight mappings (kbench.mappings.gemma / .mistral) on fake arrays, no framework: the
+"""The Gemma and Mistral weight mappings (kbench.models.mappings.gemma / .mistral) on fake arrays, no framework: the
 paths and shapes are the real ones of the tiny archs (dumped once in the keras3-jax and native-torch images: keras-hub
 0.32 with enable_lora(4), transformers 5 under peft), layer 0 and the model-level weights."""
 import numpy as np
 import pytest
 
-from kbench import mappings
-from kbench.weights import Mapping, Rule
+from kbench.models import mappings
+from kbench.models.weights import Mapping, Rule
 
 # keras-hub paths and shapes (fit: enable_lora(rank=4) adds lora_kernel_a/b on query and value)
 GEMMA_KERAS = [

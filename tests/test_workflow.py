@@ -10,7 +10,7 @@ import pytest
 
 from conftest import CONFIG, REPO, snakemake
 from dag import plan
-from kbench import matrix
+from kbench.plan import matrix
 
 
 def job_counts(output: str) -> dict[str, int]:

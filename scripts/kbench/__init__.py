@@ -1,5 +1,18 @@
-"""kbench: the code behind the Keras 3 multi-backend benchmark pipeline.
+"""kbench: the code behind the Keras 3 multi-backend benchmark pipeline, in wings by the stage each serves. Data flows
+one way, and a wing imports only the wings below it (kbench.layout checks it: `python -m kbench.layout`):
 
-Host side (driver venv): matrix, launch, tables. Cell side (stack env / image): runner, timing, adapters.
-The cell side imports no framework until an adapter is built, so the host can import everything here.
+    ground       cell records, environment records, files, the host, timing, numerics, precision (these modules)
+    models/      each model in every library: constructor arguments, reference weights, weight layouts
+    gpu/         NVML facts, CUDA requirements, peak FLOP/s, the host's GPU preflight
+    stacks/      locks, venvs and images
+    plan/        config -> cells, n/a and why; config checks; departures; the sources a cell runs
+    adapters/    one framework family each: build a model, run one step
+    run/         the launcher, the cell process, recovery
+    equivalence/ same weights, same function
+    results/     statistics, FLOPs, tables, plots
+    lifecycle/   archive, compare, history, bisect
+    studies/     beside the matrix: JAX against NumPy, the GPU check, the parameter census
+    report/      the report's first page
+
+A cell process imports ground, models, adapters and run only, and no framework until its adapter builds the model.
 """

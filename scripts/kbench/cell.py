@@ -59,9 +59,9 @@ class CellResult:
     numerics: dict | None = None
     evidence: dict | None = None
     memory: dict | None = None
-    energy: dict | None = None      # the GPU during the timed window (kbench.gpu.WindowMonitor): energy, clocks, slowdowns
-    equivalence: dict | None = None     # an equivalence job's findings (kbench.equivalence), not a cell's
-    jax_numpy: dict | None = None       # the JAX-against-NumPy job's findings (kbench.jax_numpy), not a cell's
+    energy: dict | None = None      # the GPU during the timed window (kbench.gpu.nvml.WindowMonitor): energy, clocks, slowdowns
+    equivalence: dict | None = None     # an equivalence job's findings (kbench.equivalence.check), not a cell's
+    jax_numpy: dict | None = None       # the JAX-against-NumPy job's findings (kbench.studies.jax_numpy), not a cell's
     repeat: int = 1                 # which fresh process of the cell this is (1 .. config repeats)
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -138,7 +138,7 @@ class CellResult:
             "nvml_used_mib": _mib(memory.get("nvml_used_bytes_after_steps")),
             "nvml_process_mib": _only_process_mib(memory.get("nvml_processes_after_steps")),
             "memory_view": prov.get("memory_view"),
-            # the GPU during the timed window (kbench.gpu.WindowMonitor)
+            # the GPU during the timed window (kbench.gpu.nvml.WindowMonitor)
             "energy_j_per_step": (energy["energy_j"] / timing["n"] if energy.get("energy_j") is not None
                                   and timing.get("n") else None),
             "mean_power_w": energy.get("mean_power_w"), "sm_clock_mhz_mean": energy.get("sm_clock_mhz_mean"),

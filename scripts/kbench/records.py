@@ -15,11 +15,19 @@ IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256",
             "preinstalled": "packages_sha256"}   # an interpreter the host had: by what it has installed
 
 
+# Where each runtime's environment records live, relative to results_dir (the rules write them, cells depend on
+# them): a venv, an interpreter the host has, the podman image, the same image loaded into docker or built into a SIF.
+PATHS = {"host": "environments/{stack}.{accelerator}.json",
+         "preinstalled": "preinstalled/{stack}.{accelerator}.json",
+         "podman": "images/{stack}.{accelerator}.json",
+         "docker": "images/{stack}.{accelerator}.docker.json",
+         "apptainer": "images/{stack}.{accelerator}.sif.json"}
+
+
 def path(runtime: str, stack: str, accelerator: str) -> str:
-    """Where a runtime's environment record lives, relative to results_dir (kbench.launch.RUNTIMES: the rules write
-    them, cells depend on them)."""
-    from kbench import launch          # here: launch imports this module
-    return launch.runtime_of(runtime).record.format(stack=stack, accelerator=accelerator)
+    if runtime not in PATHS:
+        raise ValueError(f"runtime {runtime!r} is not supported; allowed: {', '.join(PATHS)}")
+    return PATHS[runtime].format(stack=stack, accelerator=accelerator)
 
 
 def identity(record: dict) -> tuple[str, str | None]:

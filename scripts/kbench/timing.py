@@ -3,7 +3,7 @@
 The timed window is bracketed by device syncs (the anchor had none), so it holds all the device work of exactly the
 `timed` steps, and mean ms/step = window / timed. The window is split into `blocks` runs of consecutive steps, each
 closed by a device sync (10 syncs over the paper's 100 steps): block_ms[j] is the device time of block j, the
-within-run sample kbench.stats draws an interval from. Inside a block nothing extra syncs, so a framework's own async
+within-run sample kbench.results.stats draws an interval from. Inside a block nothing extra syncs, so a framework's own async
 dispatch overlaps steps as in any training loop. step_ms[i] is the host-observed time from the return of step i-1 to
 the return of step i; the entries add up to the window exactly, the last step of each block carrying the drain of
 its queued work. Where a step returns host data (train_on_batch, generate) that is its device time; where it returns

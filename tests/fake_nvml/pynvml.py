@@ -1,6 +1,6 @@
 """A stand-in for nvidia-ml-py on a machine without a GPU: four H100s (GPU-fake-0..3), each drawing 300 W (the
 energy counter grows with time), SM 1980 MHz, memory 2619 MHz, 61 C, one compute process holding 3 GiB, and the
-clock-event reasons in KBENCH_FAKE_NVML_REASONS (an int bitmask, default none). Only what kbench.gpu calls."""
+clock-event reasons in KBENCH_FAKE_NVML_REASONS (an int bitmask, default none). Only what kbench.gpu.nvml calls."""
 import os
 import time
 from types import SimpleNamespace

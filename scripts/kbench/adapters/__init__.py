@@ -1,5 +1,5 @@
-"""One adapter per framework family. An adapter answers one question: how does this framework build this
-model and run one step of this task. It never times and never writes files (kbench.timing and kbench.runner do).
+"""adapters: one adapter per framework family (a new column's framework is a file here). An adapter answers one
+question: how does this framework build this model and run one step of this task. It never times and never writes files (kbench.timing and kbench.run.runner do).
 
 An adapter module provides:
   backend() -> Backend                  the framework's hooks (sync, device, memory, versions)
@@ -8,6 +8,8 @@ An adapter module provides:
   MODELS: {model: {task: builder}}      builder(spec, rng, **prepared) -> Workload
 build(adapter, spec) is the one dispatch; the inputs come from kbench.adapters._inputs, so every column draws the same
 numbers from the cell's seed.
+
+May import: ground, models, gpu (and its framework, inside the functions that need it).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ class Workload:
     # What the cell observes of its own settings, read from the objects it built after the steps ran (whether and
     # where it compiled, metrics, LoRA dtype): compared with the settings its profile asked for.
     evidence: Callable[[], dict] = dict
-    # For the equivalence check (kbench.equivalence): the framework model whose weights it loads, and its outputs on
+    # For the equivalence check (kbench.equivalence.check): the framework model whose weights it loads, and its outputs on
     # the cell's inputs in inference mode, as {name: NumPy array} in the model's own layout.
     model: Any = None
     outputs: Callable[[], dict] | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kbench import models
+from kbench.models import constructors
 
 
 def channels_first(images: np.ndarray) -> np.ndarray:
@@ -67,7 +67,7 @@ def sam_images(spec, rng):
 
 def sam_embedding_target(spec, rng):
     """The random image embedding the anchor's SAM fit regresses the image encoder onto (channels-last)."""
-    arch, grid = spec["arch"], models.sam_embedding_size(spec["arch"])
+    arch, grid = spec["arch"], constructors.sam_embedding_size(spec["arch"])
     return rng.random((spec["batch_size"], grid, grid, arch["embedding_dim"]), dtype="float32")
 
 
@@ -82,7 +82,7 @@ def sam_prompts(spec, rng, images):
     given; empty box and mask prompts passed explicitly (the models' predict_step would add them, but the compiled
     forward call bypasses it)."""
     arch, n = spec["arch"], spec["batch_size"]
-    k, mask_side = spec["task_options"]["num_points"], 4 * models.sam_embedding_size(arch)
+    k, mask_side = spec["task_options"]["num_points"], 4 * constructors.sam_embedding_size(arch)
     points = np.concatenate([sam_points(spec, rng), np.zeros((n, 1, 2), "float32")], axis=1)
     labels = np.concatenate([np.ones((n, k)), -np.ones((n, 1))], axis=1).astype("float32")
     return {"images": images, "points": points, "labels": labels,
@@ -92,7 +92,7 @@ def sam_prompts(spec, rng, images):
 def sd_fit(spec, rng):
     """Images and the random 2*latent_channels moments the anchor's VAE-encoder fit regresses onto."""
     arch, n = spec["arch"], spec["batch_size"]
-    size, lat = arch["image_size"], models.sd_latent_size(arch)
+    size, lat = arch["image_size"], constructors.sd_latent_size(arch)
     images = rng.random((n, size, size, 3), dtype="float32")
     return images, rng.random((n, lat, lat, 2 * arch["latent_channels"]), dtype="float32")
 
@@ -101,7 +101,7 @@ def sd_denoising(spec, rng):
     """A guided denoising step's latent (channels-last), text context and unconditional context; random contexts
     stand in for the text encoder, which is not part of a denoising step."""
     arch, n = spec["arch"], spec["batch_size"]
-    lat = models.sd_latent_size(arch)
+    lat = constructors.sd_latent_size(arch)
     context_shape = (n, arch["text_length"], arch["context_dim"])
     latent = rng.standard_normal((n, lat, lat, arch["latent_channels"]), dtype="float32")
     return latent, rng.standard_normal(context_shape, dtype="float32"), rng.standard_normal(context_shape,

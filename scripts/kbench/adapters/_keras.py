@@ -141,7 +141,7 @@ def generate(model, prompt, spec: dict, to_device) -> Workload:
 def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     """The equivalence check's reference (Keras 3 weights, in their order) into a Keras model of the same weights:
     another Keras 3 backend, or Keras 2 where its model has the same weights in the same order."""
-    from kbench import weights
+    from kbench.models import weights
     weights.assign_in_order(workload.model, arrays)
     return {}
 

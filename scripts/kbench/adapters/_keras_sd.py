@@ -3,7 +3,7 @@ widths as arguments. keras-cv's backend shim gives Keras 3, or tf.keras under TF
 
 keras-cv's DiffusionModel and ImageEncoder hard-code the v1.4 widths (320/640/1280, 128/256/512); the tiny suite needs
 the same topology shrunk, so the two builders below repeat keras-cv's wiring with the widths from
-kbench.models.keras_cv_sd_kwargs. At the paper arch they give exactly keras-cv's parameter counts.
+kbench.models.constructors.keras_cv_sd_kwargs. At the paper arch they give exactly keras-cv's parameter counts.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from keras_cv.src.models.stable_diffusion.diffusion_model import ResBlock, Spati
 from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
 
-from kbench import models
+from kbench.models import constructors
 from kbench.adapters import _inputs, _keras
 
 
@@ -26,7 +26,7 @@ def build(spec, rng, predict, to_device):
     anchor, the VAE image encoder up to layers[-3] (the 3x3 conv giving 2*latent_channels moments) against random
     moments; predict, one guided denoising step (the text encoder is not part of the step: random contexts).
     predict(model, inputs, spec) and to_device(tree) are the adapter's own."""
-    kw = models.keras_cv_sd_kwargs(spec["arch"])
+    kw = constructors.keras_cv_sd_kwargs(spec["arch"])
     if spec["task"] == "fit":
         encoder = vae_encoder(**kw["vae_encoder"])
         model = keras.Model(encoder.inputs, encoder.layers[-3].output)
@@ -110,7 +110,7 @@ def vae_encoder(image_size, block_channels, layers_per_block, latent_channels):
 
 def timestep_embedding(timestep, dim, batch_size, max_period=10000):
     """keras-cv StableDiffusionBase._get_timestep_embedding at width `dim`, in NumPy: it is an input, computed once
-    (and so it also builds where Keras tensors hold no values, as on kbench.census's meta device)."""
+    (and so it also builds where Keras tensors hold no values, as on kbench.studies.census's meta device)."""
     half = dim // 2
     freqs = np.exp(-math.log(max_period) * np.arange(0, half, dtype="float32") / half)
     args = np.float32(timestep) * freqs

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from kbench import models
+from kbench.models import constructors
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 from kbench.adapters import _inputs as data
 
@@ -31,8 +31,8 @@ def prepare(spec: dict) -> dict:
 
 def load_reference(workload, arrays, spec: dict) -> dict:
     """Keras 3's weights into keras-nlp's and keras-cv's Keras 2 models: the same order and shapes for BERT, ResNet-50
-    and Stable Diffusion; SAM's encoders list theirs in another order (kbench.mappings: KERAS2_ORDER)."""
-    from kbench import mappings
+    and Stable Diffusion; SAM's encoders list theirs in another order (kbench.models.mappings: KERAS2_ORDER)."""
+    from kbench.models import mappings
     order = mappings.keras2_order(spec["model"], spec["task"])
     return _keras.load_reference(workload, order(arrays, workload.model) if order else arrays, spec)
 
@@ -43,7 +43,7 @@ def _bert(spec, rng):
     import keras_nlp
     import tensorflow as tf
     dropout = _keras.check_dropout(spec)
-    backbone = keras_nlp.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]), **dropout)
+    backbone = keras_nlp.models.BertBackbone(**constructors.keras_hub_bert_kwargs(spec["arch"]), **dropout)
     model = keras_nlp.models.BertClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
                                             **dropout)
     x, y = data.bert(spec, rng)
@@ -66,7 +66,7 @@ def _resnet50(spec, rng):
 def _mistral(spec, rng):
     import keras_nlp
     import tensorflow as tf
-    backbone = keras_nlp.models.MistralBackbone(**models.keras_hub_mistral_kwargs(spec["arch"]))
+    backbone = keras_nlp.models.MistralBackbone(**constructors.keras_hub_mistral_kwargs(spec["arch"]))
     model = keras_nlp.models.MistralCausalLM(backbone, preprocessor=None)
     if spec["task"] == "generate":
         return _keras.generate(model, data.causal_lm_prompt(spec, rng), spec, _to_device)
@@ -81,7 +81,7 @@ def _sam(spec, rng):
     from keras_cv.src.models import ViTDetBackbone
     from keras_cv.src.models.segmentation.segment_anything import (SAMMaskDecoder, SAMPromptEncoder,
                                                                    SegmentAnythingModel, TwoWayTransformer)
-    kw = models.keras_cv_sam_kwargs(spec["arch"])
+    kw = constructors.keras_cv_sam_kwargs(spec["arch"])
     image_encoder = ViTDetBackbone(**kw["image_encoder"])
     images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding

@@ -2,12 +2,12 @@
 tensorflow and torch backends.
 
 The backend is chosen by KERAS_BACKEND before keras is imported (framework_defs.<fw>.env). Models follow the anchor
-(keras-benchmarks v0.0.5), built from config with random weights; kbench.models gives the constructor kwargs.
+(keras-benchmarks v0.0.5), built from config with random weights; kbench.models.constructors gives the constructor kwargs.
 A step is exactly one Keras call: train_on_batch, one compiled forward call, or one generate call.
 """
 from __future__ import annotations
 
-from kbench import models
+from kbench.models import constructors
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 from kbench.adapters import _inputs as data
 
@@ -33,7 +33,7 @@ def load_reference(workload, arrays, spec: dict) -> dict:
     """The reference's own weights, by path: every Keras 3 backend builds the same weights with the same paths (a
     session cleared per build), but not always in the same order (keras-hub's ViTDetBackbone makes its neck before
     its functional graph, vit_det_backbone.py: JAX lists the neck's weights first, torch after the graph's)."""
-    from kbench import weights
+    from kbench.models import weights
     by_path = dict(arrays)
     paths = [weights.weight_path(w) for w in workload.model.weights]
     if len(by_path) != len(arrays) or sorted(paths) != sorted(by_path):
@@ -48,7 +48,7 @@ def _bert(spec, rng):
     import keras
     import keras_hub
     dropout = _keras.check_dropout(spec)
-    backbone = keras_hub.models.BertBackbone(**models.keras_hub_bert_kwargs(spec["arch"]), **dropout)
+    backbone = keras_hub.models.BertBackbone(**constructors.keras_hub_bert_kwargs(spec["arch"]), **dropout)
     # compile=False: a keras-hub task compiles itself with accuracy, and a later compile(metrics=None) does not
     # remove it (Keras keeps tracking the first compile's metrics): the step would compute accuracy every time
     model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
@@ -73,8 +73,8 @@ def _resnet50(spec, rng):
 def _causal_lm(spec, rng):
     import keras
     import keras_hub
-    cls, kwargs = {"gemma": (keras_hub.models.GemmaCausalLM, models.keras_hub_gemma_kwargs),
-                   "mistral": (keras_hub.models.MistralCausalLM, models.keras_hub_mistral_kwargs)}[spec["model"]]
+    cls, kwargs = {"gemma": (keras_hub.models.GemmaCausalLM, constructors.keras_hub_gemma_kwargs),
+                   "mistral": (keras_hub.models.MistralCausalLM, constructors.keras_hub_mistral_kwargs)}[spec["model"]]
     backbone = cls.backbone_cls(**kwargs(spec["arch"]))
     model = cls(backbone, preprocessor=None, compile=False)     # no default metrics (see _bert)
     if spec["task"] == "generate":
@@ -88,7 +88,7 @@ def _causal_lm(spec, rng):
 def _sam(spec, rng):
     import keras
     import keras_hub
-    kw = models.keras_hub_sam_kwargs(spec["arch"])
+    kw = constructors.keras_hub_sam_kwargs(spec["arch"])
     image_encoder = keras_hub.models.ViTDetBackbone(**kw["image_encoder"])
     images = data.sam_images(spec, rng)
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding

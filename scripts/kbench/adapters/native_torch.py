@@ -1,5 +1,5 @@
 """Native PyTorch adapter: HF transformers (BERT, Gemma, Mistral) with peft LoRA, diffusers (StableDiffusion v1.4),
-Meta segment-anything (SAM), torchvision (ResNet-50). Random weights from configs (kbench.models), never downloads.
+Meta segment-anything (SAM), torchvision (ResNet-50). Random weights from configs (kbench.models.constructors), never downloads.
 
 Two columns share this module: eager, and compiled with torch.compile(mode="reduce-overhead") as the anchor; where
 torch.compile goes is the cell's settings.compile_site: module (the model), train-step (the whole fit step, the anchor's
@@ -24,7 +24,7 @@ import functools
 import numpy as np
 import torch
 
-from kbench import models
+from kbench.models import constructors
 from kbench.adapters import Backend, NotSupported, Workload, _hooks, backward_and_step, dtype_name, for_tasks
 from kbench.adapters import _inputs as data
 
@@ -37,11 +37,11 @@ def backend() -> Backend:
 
 
 def load_reference(workload: Workload, arrays, spec: dict) -> dict:
-    """The equivalence check's reference (Keras 3 weights) into the native module, through kbench.weights' mapping
+    """The equivalence check's reference (Keras 3 weights) into the native module, through kbench.models.weights' mapping
     of the model and task. What the module has that the reference did not give it, and what the reference has that
     the module lacks, are returned (the check reports them: a module with missing weights never passes), with the
-    reference arrays the mapping leaves out on purpose (kbench.weights.Mapping.skip)."""
-    from kbench import mappings
+    reference arrays the mapping leaves out on purpose (kbench.models.weights.Mapping.skip)."""
+    from kbench.models import mappings
     mapping = mappings.mapping(spec["model"], spec["task"])
     if mapping is None:
         raise NotSupported(f"no weight mapping from the Keras reference to native {spec['model']} {spec['task']} yet")
@@ -53,7 +53,7 @@ def load_reference(workload: Workload, arrays, spec: dict) -> dict:
 
 def prepare(spec: dict) -> dict:
     torch.manual_seed(spec["seed"])               # weight init
-    # The GPU where there is one, else the default device: the CPU, or the meta device for kbench.census.
+    # The GPU where there is one, else the default device: the CPU, or the meta device for kbench.studies.census.
     return {"device": torch.device("cuda") if torch.cuda.is_available() else _default_device()}
 
 
@@ -112,12 +112,12 @@ def _built(spec, device, make):
 
 def _bert(spec, rng, device):
     import transformers
-    config = transformers.BertConfig(**models.hf_bert_config(spec["arch"], spec["settings"]["gelu"],
+    config = transformers.BertConfig(**constructors.hf_bert_config(spec["arch"], spec["settings"]["gelu"],
                                                              _check_dropout(spec)))
     model = _built(spec, device, lambda: transformers.BertForSequenceClassification(config))
     x, labels = data.bert(spec, rng)
     inputs = _tensors(data.torch_bert(x), device)
-    gelu = {"gelu": {v: k for k, v in models.HF_GELU.items()}[config.hidden_act]}
+    gelu = {"gelu": {v: k for k, v in constructors.HF_GELU.items()}[config.hidden_act]}
     logits = lambda out: {"logits": out.logits}         # noqa: E731
     if spec["task"] == "predict":
         return _predict(model, inputs, spec, outputs=logits, evidence=gelu)
@@ -161,8 +161,8 @@ def _as_keras_resnet50(model):
 def _causal_lm(spec, rng, device):
     import transformers
     config_cls, model_cls, kwargs = {
-        "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM, models.hf_gemma_config),
-        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, models.hf_mistral_config),
+        "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM, constructors.hf_gemma_config),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, constructors.hf_mistral_config),
     }[spec["model"]]
     config = config_cls(**kwargs(spec["arch"]))
     model = _built(spec, device, lambda: model_cls(config))
@@ -170,7 +170,7 @@ def _causal_lm(spec, rng, device):
         return _generate(model, data.prompt_tokens(spec, rng), spec, device)
     import peft
     model = peft.get_peft_model(model, peft.LoraConfig(r=spec["task_options"]["lora_rank"], lora_dropout=0.0,
-                                                       target_modules=models.PEFT_LORA_TARGETS))
+                                                       target_modules=constructors.PEFT_LORA_TARGETS))
     x, targets, _ = data.causal_lm_fit(spec, rng)        # the Keras cells' tokens and next-token targets
     inputs = _tensors({"input_ids": x["token_ids"].astype("int64"),
                        "attention_mask": x["padding_mask"].astype("int64")}, device)
@@ -253,7 +253,7 @@ def _channels_last(x):
 def _segment_anything(arch):
     """segment_anything.modeling's parts wired as segment_anything.build_sam does, at any size."""
     from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, Sam, TwoWayTransformer
-    kw = models.segment_anything_kwargs(arch)
+    kw = constructors.segment_anything_kwargs(arch)
     return Sam(image_encoder=ImageEncoderViT(**kw["image_encoder"],
                                              norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6)),
                prompt_encoder=PromptEncoder(**kw["prompt_encoder"]),
@@ -312,7 +312,7 @@ class SamPredict(_Normalizing):
 
 
 def _stable_diffusion(spec, rng, device):
-    kw = models.diffusers_sd_kwargs(spec["arch"])
+    kw = constructors.diffusers_sd_kwargs(spec["arch"])
     if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from diffusers.models.autoencoders.vae import Encoder
         images, target = (_tensors(data.channels_first(a), device) for a in data.sd_fit(spec, rng))

@@ -1,5 +1,5 @@
 """PaddlePaddle adapter: paddlenlp (BERT), ppdiffusers (StableDiffusion v1.4's UNet, VAE encoder and DDIM scheduler),
-paddle.vision (ResNet-50, v1.5 as torchvision's). Random weights from configs (kbench.models), never downloads.
+paddle.vision (ResNet-50, v1.5 as torchvision's). Random weights from configs (kbench.models.constructors), never downloads.
 
 Two columns share this module: paddle-dygraph (the dynamic graph, Paddle's eager mode) and paddle-static
 (paddle.jit.to_static(full_graph=False): SOT, which translates Python bytecode into static graphs and falls back to
@@ -12,7 +12,7 @@ Fit: forward, loss, backward, optimizer step, clear_grad, and the loss read back
 Precision (spec["dtypes"]): the weights stay float32 (no Paddle row runs pure bfloat16); a compute dtype other than
 the weights' runs forward and loss under paddle.amp.auto_cast(level="O1"), loss scaling is paddle.amp.GradScaler.
 On a CPU auto_cast only warns and computes float32: the dtype the adapter observes is that of a product computed
-inside the context, so such a cell is failed (kbench.runner.PrecisionMismatch), never timed under the half label.
+inside the context, so such a cell is failed (kbench.run.runner.PrecisionMismatch), never timed under the half label.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 
-from kbench import models  # noqa: E402
+from kbench.models import constructors  # noqa: E402
 from kbench.adapters import Backend, NotSupported, Workload, _hooks, backward_and_step, for_tasks  # noqa: E402
 from kbench.adapters import _inputs as data  # noqa: E402
 
@@ -47,12 +47,12 @@ def prepare(spec: dict) -> dict:
 
 
 def _refuse_uncovered_gpu() -> None:
-    """A GPU the installed wheel has no kernels for (paddlepaddle-gpu 2.6.2 on Hopper, kbench.cuda.KERNEL_ARCHS)
+    """A GPU the installed wheel has no kernels for (paddlepaddle-gpu 2.6.2 on Hopper, kbench.gpu.cuda.KERNEL_ARCHS)
     runs none of them: the cell is unsupported there, with the reason, before any kernel fails."""
     if not (paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
         return
     from importlib import metadata
-    from kbench import cuda
+    from kbench.gpu import cuda
     reason = cuda.kernel_refusal(f"paddlepaddle-gpu=={metadata.version('paddlepaddle-gpu')}",
                                  tuple(paddle.device.cuda.get_device_capability(0)))
     if reason:
@@ -63,7 +63,7 @@ def _refuse_uncovered_gpu() -> None:
 
 def _bert(spec, rng):
     from paddlenlp.transformers import BertConfig, BertForSequenceClassification
-    config = BertConfig(**models.paddlenlp_bert_config(spec["arch"], _check_dropout(spec)))
+    config = BertConfig(**constructors.paddlenlp_bert_config(spec["arch"], _check_dropout(spec)))
     model = BertForSequenceClassification(config)
     gelu = _set_gelu(model, spec["settings"]["gelu"])
     x, labels = data.bert(spec, rng)
@@ -125,7 +125,7 @@ def _as_keras_resnet50(model):
 
 
 def _stable_diffusion(spec, rng):
-    kw = models.diffusers_sd_kwargs(spec["arch"])     # ppdiffusers mirrors diffusers' constructors
+    kw = constructors.diffusers_sd_kwargs(spec["arch"])     # ppdiffusers mirrors diffusers' constructors
     if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from ppdiffusers.models.vae import Encoder
         images, target = (_tensors(data.channels_first(a)) for a in data.sd_fit(spec, rng))
@@ -339,11 +339,11 @@ def _tensors(tree):
 
 def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     """The equivalence check's reference (Keras 3 weights) into the Paddle model: the native column's mapping of the
-    model and task (kbench.mappings) onto torch's names and layouts, then torch's onto Paddle's
-    (kbench.mappings.paddle). What the model has that the reference did not give it, and the reverse, are returned
+    model and task (kbench.models.mappings) onto torch's names and layouts, then torch's onto Paddle's
+    (kbench.models.mappings.paddle). What the model has that the reference did not give it, and the reverse, are returned
     (a model with missing weights never passes)."""
-    from kbench import mappings
-    from kbench.mappings import paddle as to_paddle
+    from kbench.models import mappings
+    from kbench.models.mappings import paddle as to_paddle
     mapping = mappings.mapping(spec["model"], spec["task"])
     if mapping is None or not to_paddle.has_rules(spec["model"]):
         raise NotSupported(f"mapping incomplete: no weight mapping from the Keras reference to Paddle "

@@ -1,0 +1,133 @@
+"""The package's layout, checked: every kbench module belongs to a wing (a subpackage, or ground for the modules at
+the top), the wings stand in the order data flows, and a module imports only from its own wing or wings below it,
+with no circle. Imports are read from the source (every import statement, those inside functions included), so
+nothing is imported to check them.
+
+    python -m kbench.layout          the wings, what each imports, and every problem (exit 1 if any)
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = "kbench"
+ROOT = Path(__file__).resolve().parent
+SCRIPTS = ROOT.parent
+# Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> history.
+WINGS = ("ground", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results", "lifecycle",
+         "studies", "report")
+
+
+def path_of(module: str) -> Path | None:
+    parts = module.split(".")
+    for candidate in (SCRIPTS.joinpath(*parts).with_suffix(".py"), SCRIPTS.joinpath(*parts, "__init__.py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported(module: str, path: Path | None = None) -> set[str]:
+    """The kbench modules named by the import statements of one module (`from kbench import x` may name a module or a
+    name in kbench/__init__; both are followed where a file exists)."""
+    path = path or path_of(module)
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == PACKAGE)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != PACKAGE:
+                continue
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if path_of(m)}
+
+
+def modules() -> list[str]:
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(SCRIPTS).with_suffix("").parts
+        found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def wing_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (ROOT / parts[1]).is_dir() else "ground"
+
+
+def graph() -> dict[str, set[str]]:
+    return {module: imported(module) - {module} for module in modules()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that import each other round (Tarjan's strongly connected components, size > 1)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def problems(edges: dict[str, set[str]] | None = None) -> list[str]:
+    """One line per module in no known wing, per import from a wing above the importer's, and per circle."""
+    edges = graph() if edges is None else edges
+    found = [f"{m}: in no wing of kbench.layout.WINGS" for m in edges if wing_of(m) not in WINGS]
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if wing_of(module) in WINGS and wing_of(target) in WINGS \
+                    and WINGS.index(wing_of(target)) > WINGS.index(wing_of(module)):
+                found.append(f"{module} ({wing_of(module)}) imports {target} ({wing_of(target)}), a wing above it")
+    found += [f"circle: {' -> '.join(circle)}" for circle in circles(edges)]
+    return found
+
+
+def docstring_head(wing: str) -> str:
+    path = ROOT / "__init__.py" if wing == "ground" else ROOT / wing / "__init__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def main(argv=None) -> int:
+    edges = graph()
+    for wing in WINGS:
+        members = [m for m in edges if wing_of(m) == wing]
+        below = sorted({wing_of(t) for m in members for t in edges[m]} - {wing}, key=WINGS.index)
+        names = ", ".join(m.removeprefix(f"{PACKAGE}.{wing}.").removeprefix(f"{PACKAGE}.")
+                          for m in members if m != f"{PACKAGE}.{wing}")
+        print(f"{wing:12s} imports {', '.join(below) or 'nothing of kbench'}\n{'':12s} {names}")
+        if wing != "ground":
+            print(f"{'':12s} {docstring_head(wing)[:200]}")
+    found = problems(edges)
+    print(*(["", "problems:"] + [f"  {line}" for line in found] if found else ["", "no problems"]), sep="\n")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The equivalence check's mappings of the reference (Keras 3 weights, kbench.models.weights) onto every other column's
+models, one module per model; this registry is the one place the adapters ask.
+
+A model module provides MAPPINGS {(model, task): kbench.models.weights.Mapping} onto the native PyTorch modules, DERIVED
+(regexes of native names no reference array is mapped to: buffers, tied weights, factors the column initialises
+itself), and where Keras 2 orders its weights otherwise than Keras 3, KERAS2_ORDER {(model, task): function(reference
+arrays, Keras 2 model) -> arrays in the Keras 2 model's order}.
+"""
+from __future__ import annotations
+
+import re
+
+from kbench.models.mappings import bert, gemma, mistral, resnet50, sam, stable_diffusion
+
+MODULES = {"bert": bert, "gemma": gemma, "mistral": mistral, "resnet50": resnet50, "sam": sam,
+           "stable_diffusion": stable_diffusion}
+
+
+def mapping(model: str, task: str):
+    """The Mapping of a model's task onto its native module, or None (no mapping yet: the check says so)."""
+    module = MODULES.get(model)
+    return getattr(module, "MAPPINGS", {}).get((model, task)) if module else None
+
+
+def derived(model: str, name: str) -> bool:
+    module = MODULES.get(model)
+    return any(re.fullmatch(pattern, name) for pattern in getattr(module, "DERIVED", ()))
+
+
+def load_report(model: str, mapping, arrays, missing, unexpected) -> dict:
+    """What loading the reference into a native module left out, from the names its load_state_dict(strict=False)
+    returned: the module's weights the reference did not give it (derived ones aside: a module with missing weights
+    never passes, it reads "mapping incomplete"), what the reference gave that the module lacks, and the reference
+    arrays the mapping leaves out on purpose. Pure Python, so it is tested without torch."""
+    missing = [name for name in missing if not derived(model, name)]
+    return {k: v for k, v in (("missing", missing), ("unexpected", list(unexpected)),
+                              ("skipped", mapping.skipped(arrays))) if v}
+
+
+def keras2_order(model: str, task: str):
+    module = MODULES.get(model)
+    return getattr(module, "KERAS2_ORDER", {}).get((model, task)) if module else None

@@ -1,0 +1,65 @@
+"""The run's facts page for the report: suite, host, the devices the cells saw, and the image (or venv) of every
+stack with its ID and lock digest.
+
+    python -m kbench.results.facts --suite S --out run_facts.html --environments RECORD... --cells CELL.json...
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kbench import cell, records
+
+
+def host_facts() -> dict:
+    """The machine the workflow ran on (cells in containers report the container's hostname instead)."""
+    facts = {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
+             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        facts["gpus"] = subprocess.run(query, capture_output=True, text=True).stdout.strip().splitlines()
+    else:
+        facts["gpus"] = []
+    return facts
+
+
+def facts(suite: str, environment_records: list[str], cell_paths: list[str], out: Path) -> None:
+    results = [cell.read(p) for p in cell_paths]
+    environments = pd.DataFrame([{k: r.get(k) for k in ("stack", "kind", "image", "id", "lock_sha256", "prefix")}
+                                 for r in map(records.read, environment_records)])
+    host = host_facts()
+    devices = sorted({r.provenance.get("device") for r in results if r.provenance.get("device")})
+    commits = sorted({r.provenance.get("git_commit") for r in results if r.provenance.get("git_commit")})
+    runtimes = sorted({r.provenance.get("runtime") for r in results if r.provenance.get("runtime")})
+    summary = pd.DataFrame([("suite", suite), ("cells", len(results)),
+                            ("ok / failed / n/a", " / ".join(str(sum(r.status == s for r in results))
+                                                            for s in cell.STATUSES)),
+                            ("host", host["hostname"]), ("platform", host["platform"]), ("cpus", host["cpus"]),
+                            ("memory GiB", host["memory_gib"]), ("GPUs", ", ".join(host["gpus"]) or "none"),
+                            ("devices the cells saw", ", ".join(devices)), ("runtime", ", ".join(runtimes)),
+                            ("git commit", ", ".join(commits))], columns=["fact", "value"])
+    out.write_text("<html><body><h2>Run</h2>\n" + summary.to_html(index=False, border=0)
+                   + "\n<h2>Images and environments</h2>\n" + environments.to_html(index=False, border=0, na_rep="")
+                   + "\n</body></html>\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--environments", nargs="*", default=[])
+    parser.add_argument("--cells", nargs="*", default=[])
+    args = parser.parse_args(argv)
+    facts(args.suite, args.environments, args.cells, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""cells_summary.csv of one profile of a suite -> the charts a person would rather look at than read, PNG and SVG.
+
+ms_per_step : one panel per model/task/batch/precision, a bar per framework (ms/step estimate, lower is better) with
+              its 95% interval as an error bar, as the published benchmark's charts; failed and n/a cells are named
+              on their empty slot
+speedup     : the best Keras 3 backend's speedup over each framework per row, in % (the speedup table), rows whose
+              parameter counts differ marked
+first_step  : the excluded first step per row and framework (compile, autotuning, first allocation), log scale
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+matplotlib.use("Agg")      # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from kbench.results import stats, tables  # noqa: E402
+
+PLOTS = ("ms_per_step", "speedup", "first_step")
+FORMATS = ("png", "svg")
+
+
+def row_label(model, task, batch, precision) -> str:
+    return f"{model} {task}\nbs {batch}, {precision}"
+
+
+def _panels(n: int):
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)
+
+
+def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabel: str, log: bool = False,
+                 interval: bool = False):
+    """One panel per table row, one bar per framework; a cell without a value gets its status written in.
+    interval: error bars from the cell's 95% interval (ci_low_ms .. ci_high_ms)."""
+    rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
+    parity, networks = tables.parity_flags(summary), tables.network_flags(summary)
+    fig, axes = _panels(max(len(rows), 1))
+    for ax, (key, group) in zip(axes, rows):
+        by_framework = group.set_index("framework")
+        present = [f for f in frameworks if f in by_framework.index]
+        ok = [by_framework.at[f, "status"] == "ok" for f in present]
+        heights = [by_framework.at[f, value] if good else 0.0 for f, good in zip(present, ok)]
+        errors = None
+        if interval:
+            def reach(f, h, good, bound):       # a cell without an interval gets no error bar
+                value = by_framework.at[f, bound] if good else h
+                return 0.0 if pd.isna(value) else abs(value - h)
+            errors = [[reach(f, h, good, "ci_low_ms") for f, h, good in zip(present, heights, ok)],
+                      [reach(f, h, good, "ci_high_ms") for f, h, good in zip(present, heights, ok)]]
+        ax.bar(range(len(present)), heights, color=[f"C{frameworks.index(f)}" for f in present], yerr=errors,
+               capsize=3)
+        for i, f in enumerate(present):
+            if by_framework.at[f, "status"] != "ok":
+                text = "n/a" if by_framework.at[f, "status"] == "unsupported" else "failed"
+                ax.text(i, 0, text, rotation=90, ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
+        flag = ("params differ: " + parity.get(key, "")) if parity.get(key, "") else ""
+        flag = flag or ("networks differ" if networks.get(key, "") else "")
+        ax.set_title(row_label(*key) + (f"\n{flag}" if flag else ""), fontsize=9,
+                     color="firebrick" if flag else "black")
+        ax.set_ylabel(ylabel, fontsize=8)
+        if log:
+            ax.set_yscale("log")
+    fig.tight_layout()
+    return fig
+
+
+def speedup_chart(summary: pd.DataFrame, frameworks: list[str], keras3: list[str]):
+    """Bars of other/best - 1 per row; a column whose interval overlaps the best's is drawn hatched and pale (a tie:
+    its bar is no finding)."""
+    table = tables.speedup_table(summary, frameworks, keras3)
+    columns = [c for c in table.columns if c.startswith("vs ") and c.endswith(" %")]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(table)), 4.5))
+    width = 0.8 / max(len(columns), 1)
+    for i, column in enumerate(columns):
+        ties = table[column.removesuffix(" %")].str.startswith((stats.NOT_SHOWN, "no interval"))
+        bars = ax.bar([x + i * width for x in range(len(table))], table[column].fillna(0), width,
+                      label=column.removeprefix("vs ").removesuffix(" %"), color=f"C{i}")
+        for bar, tie in zip(bars, ties):
+            if tie:
+                bar.set_hatch("//")
+                bar.set_alpha(0.35)
+    labels = [row_label(*k) + ("\n(params differ)" if flag else "\n(networks differ)" if net else "")
+              for k, flag, net in zip(table.index, table["params_parity"], table[tables.NETWORKS])]
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(table))], labels, fontsize=7, rotation=30, ha="right")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_ylabel("best Keras 3 of the row faster by, % (other / best - 1); hatched: not shown to differ",
+                  fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def build(cells_summary: Path, frameworks: list[str], keras3: list[str], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = pd.read_csv(cells_summary)
+    figures = {
+        "ms_per_step": bars_per_row(summary, frameworks, "estimate_ms", "ms/step (95% interval)", interval=True),
+        "speedup": speedup_chart(summary, frameworks, keras3),
+        "first_step": bars_per_row(summary, frameworks, "first_step_ms", "first step, ms (log)", log=True),
+    }
+    written = []
+    for name, fig in figures.items():
+        for fmt in FORMATS:
+            path = out_dir / f"{name}.{fmt}"
+            # Fixed metadata: the same cells give byte-identical files (no creation date in them).
+            fig.savefig(path, metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frameworks", required=True)
+    parser.add_argument("--keras3", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("cells_summary", type=Path)
+    args = parser.parse_args(argv)
+    build(args.cells_summary, tables.comma_list(args.frameworks), tables.comma_list(args.keras3), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,740 @@
+"""Cell JSONs of one profile of a suite -> the final tables (CSV, Markdown, HTML).
+
+A cell runs `repeats` times (fresh processes); its number is the median of the repeats' means with a 95% interval
+(kbench.results.stats). Tables read the per-cell summary; cells_long keeps every repeat.
+
+ms_per_step : rows model/task/batch/precision, one column per framework: ms/step "estimate ± half-width" (Markdown,
+              HTML; the CSV has the estimate and `<framework> low` / `<framework> high`), or "failed: <error type>",
+              "n/a: <reason>" (configured) or "unsupported: <reason>" (the adapter's); in a profile that reproduces
+              the anchor, the departures no profile can keep that apply to the row
+speedup     : per row the best Keras 3 backend (the lowest estimate of the row, selected per row), and against each
+              column other/best - 1 in % where the two intervals separate, "tie (within CI)" where they overlap
+params      : parameter counts per framework (total, and trainable where it differs), and a parity flag where two
+              frameworks' counts for the same row differ by more than PARITY_TOLERANCE: those times compare
+              different models (ms_per_step and speedup carry the flag too)
+precision   : the mixed-precision study, per model/task: one row per framework, one column per precision (ms/step)
+precision_speedup : per model/task and framework, baseline ms / ms at each other precision (x, above 1 is faster),
+              whether the two intervals separate, beside the speedup usually claimed for that model/task
+throughput  : per cell examples/s, generated tokens/s, model FLOPs per step (kbench.results.flops), achieved TFLOP/s, and on
+              a GPU of kbench.gpu.peaks the peak of the arithmetic the cell ran and the MFU
+memory      : per cell peak device memory (the framework's allocator; NVML's device memory in use after the steps,
+              the driver's view) and peak host RSS, the largest over the repeats
+cells_summary : the per-cell summary every table reads (estimate, interval, repeats, throughput, memory, ...)
+cells_long  : every statistic and provenance field of every repeat of every cell, one row each
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kbench import cell
+from kbench.gpu import peaks
+from kbench.models import constructors
+from kbench.plan import departures
+from kbench.results import flops, stats
+from kbench.precision import baselines as precision_baselines, label as precision_table_label
+
+ROW_KEYS = ["model", "task", "batch_size", "precision"]
+STUDY_KEYS = ["model", "task", "batch_size"]
+PARITY_TOLERANCE = 0.01
+# The tables build() writes, each as CSV, Markdown and HTML, and the two long tables (CSV only): the rules' outputs.
+TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory", "energy",
+          "equivalence")
+FORMATS = ("csv", "md", "html")
+OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv",
+                                                                      "equivalence_long.csv"]
+UNREPRODUCED = "anchor settings not reproduced"
+BEST = "best Keras 3 (lowest of the row)"
+NETWORKS = "networks differ"
+FLAGS = "cell flags"
+
+
+def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
+    """One row per repeat of each cell (CellResult.row), in the order given: the config's order of cells."""
+    return pd.DataFrame([result.row() for result in results])
+
+
+# ---------------------------------------------------------------- one row per cell
+
+def summary_table(long: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: its repeats reduced to an estimate, a 95% interval and the figures derived from them."""
+    rows = [summarize_cell(group) for _, group in long.groupby("cell_id", sort=False)]
+    return pd.DataFrame(rows)
+
+
+# What an ok cell's summary adds (empty for a cell that is not ok).
+MEASURED = ("estimate_ms", "ci_low_ms", "ci_high_ms", "ci_method", "repeat_means", "first_step_ms", "examples_per_s",
+            "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu", "peak_device_mib",
+            "nvml_used_mib", "nvml_process_mib", "memory_view", "peak_host_rss_mib", "energy_j_per_step",
+            "energy_j_per_token", "mean_power_w", "sm_clock_mhz_mean", "sm_clock_mhz_min", "memory_clock_mhz_mean",
+            "temperature_c_max", "slowdowns", "compiles_in_window", "graph_breaks", "cudagraph_skips", "cell_flags")
+FLAGGED = " †"         # a number measured under a condition its cell flags name (throttled, recompiled, ...)
+
+
+def cell_flags(first, ok: pd.DataFrame) -> str:
+    """What qualifies a cell's number, from its repeats: a GPU that slowed itself (power or thermal) during the
+    window, compilation inside the window, graph breaks or skipped CUDA graphs in a compiled cell."""
+    flags = []
+    slowdowns = sorted({s for text in ok.slowdowns.dropna() for s in text.split(", ") if s})
+    if slowdowns:
+        flags.append(f"throttled: {', '.join(slowdowns)}")
+    if ok.compiles_in_window.fillna(0).max() > 0:
+        flags.append(f"compiled {int(ok.compiles_in_window.max())}x inside the timed window")
+    if first.jit_compiled and ok.graph_breaks.fillna(0).max() > 0:
+        flags.append(f"{int(ok.graph_breaks.max())} graph breaks")
+    if first.jit_compiled and first.device != "cpu" and ok.cudagraph_skips.fillna(0).max() > 0:
+        flags.append("CUDA graphs skipped")
+    return "; ".join(flags)
+
+
+def estimate_text(estimate: stats.Estimate) -> str:
+    """How a table shows an estimate: "mean ± half-width" of the interval the verdicts use (* one repeat)."""
+    if estimate.low is None:
+        return f"{estimate.ms:.2f} (no interval)"
+    return f"{estimate.ms:.2f} ± {estimate.half_width:.2f}" + (stats.ONE_RUN if estimate.one_run else "")
+
+
+def summarize_cell(repeats: pd.DataFrame) -> dict:
+    first = repeats.iloc[0]
+    ok = repeats[repeats.status == "ok"]
+    row = {k: first[k] for k in ("cell_id", "suite", "profile", *ROW_KEYS, "framework", "adapter", "params_total",
+                                 "params_trainable", "device", "runtime", "compute_dtype", "weights_dtype")}
+    row.update(dict.fromkeys(MEASURED), repeats=len(repeats), repeats_ok=len(ok))
+    if len(ok) < len(repeats):              # a cell is ok only if every repeat is: the worst repeat speaks for it
+        bad = repeats[repeats.status != "ok"].iloc[0]
+        row.update(status=bad.status, text=bad.text + (f" ({len(repeats) - len(ok)} of {len(repeats)} repeats)"
+                                                       if len(repeats) > 1 else ""))
+        return row
+    estimate = stats.estimate(list(ok.mean_ms), list(ok.block_means))
+    spec_like = {"model": first.model, "task": first.task, "batch_size": first.batch_size, "arch": first.arch,
+                 "inputs": first.inputs, "task_options": first.task_options,
+                 "framework_def": {"adapter": first.adapter}}
+    known = flops.known(first.model, first.task)
+    flop_count = flops.per_step(spec_like) if known else None
+    per_second = 1e3 / estimate.ms
+    classes = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0], ok.precision_switches.iloc[0],
+                               {"NVIDIA_TF32_OVERRIDE": first.tf32_override})
+    # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none)
+    device = first.gpu_name if isinstance(first.gpu_name, str) else first.device
+    least_s = peaks.peak_seconds(device, flops.by_kind(spec_like), classes) if known else None
+    tflops = flop_count * per_second / 1e12 if flop_count else None
+    flags = cell_flags(first, ok)
+    tokens_per_step = ok.generated_tokens_per_step.iloc[0]
+    energy = ok.energy_j_per_step.mean() if ok.energy_j_per_step.notna().all() else None
+    row.update(
+        status="ok", text=estimate_text(estimate) + (FLAGGED if flags else ""), cell_flags=flags, estimate_ms=estimate.ms, ci_low_ms=estimate.low,
+        ci_high_ms=estimate.high, ci_method=estimate.method, repeat_means=json.dumps(list(estimate.means)),
+        first_step_ms=ok.first_step_ms.median(), examples_per_s=first.batch_size * per_second,
+        tokens_per_s=(ok.generated_tokens_per_step.iloc[0] * per_second
+                      if pd.notna(ok.generated_tokens_per_step.iloc[0]) else None),
+        flops_per_step=flop_count, tflops_per_s=tflops, arithmetic=peaks.label(classes),
+        # the peak the step's products could reach together (each kind at its own arithmetic's peak)
+        peak_tflops=flop_count / least_s / 1e12 if least_s else None,
+        mfu=least_s * per_second if least_s else None,
+        peak_device_mib=ok.peak_device_mib.max(), nvml_used_mib=ok.nvml_used_mib.max(),
+        nvml_process_mib=ok.nvml_process_mib.max(), memory_view=first.memory_view,
+        peak_host_rss_mib=ok.peak_host_rss_mib.max(),
+        energy_j_per_step=energy,
+        energy_j_per_token=energy / tokens_per_step if energy is not None and pd.notna(tokens_per_step) else None,
+        mean_power_w=ok.mean_power_w.mean(), sm_clock_mhz_mean=ok.sm_clock_mhz_mean.mean(),
+        sm_clock_mhz_min=ok.sm_clock_mhz_min.min(), memory_clock_mhz_mean=ok.memory_clock_mhz_mean.mean(),
+        temperature_c_max=ok.temperature_c_max.max(),
+        slowdowns=", ".join(sorted({s for t in ok.slowdowns.dropna() for s in t.split(", ") if s})),
+        compiles_in_window=ok.compiles_in_window.max(), graph_breaks=ok.graph_breaks.max(),
+        cudagraph_skips=ok.cudagraph_skips.max())
+    return row
+
+
+def as_estimate(r) -> stats.Estimate:
+    """A summary row (a DataFrame row, or one read back from cells_summary.csv) as the Estimate it was made from."""
+    def bound(value):
+        return None if pd.isna(value) else float(value)
+    means = r.repeat_means if isinstance(r.repeat_means, str) else "[]"
+    return stats.Estimate(r.estimate_ms, bound(r.ci_low_ms), bound(r.ci_high_ms), int(r.repeats), r.ci_method,
+                          tuple(json.loads(means)))
+
+
+def estimates(summary: pd.DataFrame, row) -> dict[str, stats.Estimate]:
+    """framework -> Estimate, for the ok cells of one table row."""
+    return {r.framework: as_estimate(r) for r in row.itertuples() if r.status == "ok"}
+
+
+# ---------------------------------------------------------------- the tables
+
+def _rows(summary: pd.DataFrame, keys=ROW_KEYS) -> pd.MultiIndex:
+    return pd.MultiIndex.from_frame(summary[keys].drop_duplicates())
+
+
+def _wide(summary: pd.DataFrame, values: str, frameworks: list[str]) -> pd.DataFrame:
+    wide = summary.pivot(index=ROW_KEYS, columns="framework", values=values)
+    return wide.reindex(index=_rows(summary), columns=[f for f in frameworks if f in wide.columns])
+
+
+def flag_rows(index: pd.MultiIndex, flags: pd.Series | None) -> list[str]:
+    """A per model/task flag (the equivalence check's) on each table row of that model and task."""
+    if flags is None or flags.empty:
+        return [""] * len(index)
+    return [flags.get((key[0], key[1]), "") for key in index]
+
+
+def ms_per_step_table(summary: pd.DataFrame, frameworks: list[str], unreproduced: list[dict] = (),
+                      readable: bool = False, equivalence: pd.Series | None = None) -> pd.DataFrame:
+    """readable: "estimate ± half-width" per cell (Markdown, HTML); else the estimate and its interval's bounds."""
+    text = _wide(summary, "text", frameworks).fillna("")
+    if readable:
+        table = text
+    else:
+        estimate, low, high = (_wide(summary, c, frameworks).round(3) for c in ("estimate_ms", "ci_low_ms",
+                                                                                  "ci_high_ms"))
+        table = pd.DataFrame(index=text.index)
+        for framework in text.columns:
+            table[framework] = estimate[framework].astype(object).where(estimate[framework].notna(), text[framework])
+            table[f"{framework} low"], table[f"{framework} high"] = low[framework], high[framework]
+    table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
+    table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
+    table[FLAGS] = row_flags(summary).reindex(table.index).fillna("")
+    table[EQUIVALENCE] = flag_rows(table.index, equivalence)
+    if unreproduced:
+        columns = [f for f in frameworks if f in summary.framework.values]
+        table[UNREPRODUCED] = [", ".join(departures.applying(list(unreproduced), model, task, columns))
+                               for model, task, _, _ in table.index]
+    return table
+
+
+def parity_flags(summary: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> pd.Series:
+    """Per row: "" when every framework's parameter counts agree within tolerance, else what differs and by how
+    much ("total +1.5%, trainable +112%"), relative max/min - 1 over the frameworks that recorded counts."""
+    counted = summary.dropna(subset=["params_total"])
+
+    def flag(group: pd.DataFrame) -> str:
+        found = []
+        for column, name in (("params_total", "total"), ("params_trainable", "trainable")):
+            low, high = group[column].min(), group[column].max()
+            spread = high / low - 1 if low > 0 else (0.0 if high == 0 else float("inf"))
+            if spread > tolerance:
+                found.append(f"{name} +{spread:.1%}")
+        return ", ".join(found)
+    if counted.empty:
+        return pd.Series(dtype=str)
+    return counted.groupby(ROW_KEYS, sort=False).apply(flag, include_groups=False)
+
+
+def row_flags(summary: pd.DataFrame) -> pd.Series:
+    """Per row: each flagged cell's framework and flags ("keras3-jax: throttled: power cap (software)")."""
+    flagged = summary[summary.cell_flags.fillna("") != ""]
+    if flagged.empty:
+        return pd.Series(dtype=str)
+    return flagged.groupby(ROW_KEYS, sort=False).apply(
+        lambda group: "; ".join(f"{r.framework}: {r.cell_flags}" for r in group.itertuples()), include_groups=False)
+
+
+def network_flags(summary: pd.DataFrame) -> pd.Series:
+    """Per row: "" where every column's network does the same FLOPs per step, else which networks the columns built
+    and how their FLOPs differ (kbench.results.flops counts per column where libraries build different networks under one
+    name, e.g. ResNet-50 v1 and v1.5): such a row's times are of different networks."""
+    counted = summary.dropna(subset=["flops_per_step"])
+
+    def flag(group: pd.DataFrame) -> str:
+        if group.flops_per_step.nunique() < 2:
+            return ""
+        low, high = group.flops_per_step.min(), group.flops_per_step.max()
+        built = []
+        for value, columns in group.groupby("flops_per_step", sort=True):
+            name = constructors.network_name(group.name[0], columns.adapter.iloc[0])
+            built.append(f"{name}: {', '.join(columns.framework)} ({value:.4g} FLOPs/step)")
+        return f"FLOPs/step differ by {high / low - 1:.1%}: " + "; ".join(built)
+    if counted.empty:
+        return pd.Series(dtype=str)
+    return counted.groupby(ROW_KEYS, sort=False).apply(flag, include_groups=False)
+
+
+def params_table(summary: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
+    """Parameter counts as "total" or "total (trainable)" per framework, and the parity flag."""
+    def text(row) -> str:
+        if pd.isna(row.params_total):
+            return ""
+        total, trainable = int(row.params_total), int(row.params_trainable)
+        return f"{total:,}" if trainable == total else f"{total:,} ({trainable:,} trainable)"
+    wide = summary.assign(value=summary.apply(text, axis=1)).pivot(index=ROW_KEYS, columns="framework",
+                                                                   values="value")
+    rows = _rows(summary)
+    table = wide.reindex(index=rows, columns=[f for f in frameworks if f in wide.columns]).fillna("")
+    table["params_parity"] = parity_flags(summary).reindex(rows).fillna("")
+    return table
+
+
+def welch_verdicts(pairs: list[tuple[stats.Estimate, stats.Estimate] | None]) -> list[str]:
+    """Welch's verdict of each (reference, other) pair where both have 2 or more repeats ("" otherwise), its p-value
+    adjusted together with every other pair of the table (Benjamini-Hochberg): "faster (q=0.012)" says the other
+    column is faster than the reference."""
+    tested = [i for i, pair in enumerate(pairs) if pair and stats.testable(*pair)]
+    q = stats.adjusted([stats.welch_p(list(pairs[i][0].means), list(pairs[i][1].means)) for i in tested])
+    verdicts = [""] * len(pairs)
+    for i, value in zip(tested, q):
+        reference, other = pairs[i]
+        if value < stats.SIGNIFICANCE:
+            verdicts[i] = f"{'slower' if other.ms > reference.ms else 'faster'} (q={value:.3f})"
+        else:
+            verdicts[i] = f"{stats.NOT_SHOWN} (q={value:.3f})"
+    return verdicts
+
+
+def speedup_table(summary: pd.DataFrame, frameworks: list[str], keras3: list[str],
+                  equivalence: pd.Series | None = None) -> pd.DataFrame:
+    """The best Keras 3 backend is selected per row, as the anchor did: the row's lowest Keras 3 estimate; a Keras 3
+    backend whose interval overlaps the best's is named as not shown to differ from it. Against each column:
+    other/best - 1 in % (the CSV always has it), and two verdicts: the intervals' (that % only where they separate;
+    * where either side is one repeat) and, where both sides have repeats, Welch's (BH-adjusted over the table)."""
+    table = pd.DataFrame(index=_rows(summary))
+    best_names, best_ms = [], []
+    numbers, verdicts, pairs = ({f: [] for f in frameworks} for _ in range(3))
+    for key in table.index:
+        found = estimates(summary, summary.set_index(ROW_KEYS).loc[[key]].reset_index())
+        candidates = {f: e for f, e in found.items() if f in keras3}
+        best = min(candidates, key=lambda f: candidates[f].ms) if candidates else None
+        tied = [f for f in candidates if f != best and not stats.separate(candidates[f], candidates[best])]
+        best_names.append(None if best is None else best + (f" (not shown to differ: {', '.join(tied)})"
+                                                            if tied else ""))
+        best_ms.append(None if best is None else round(candidates[best].ms, 2))
+        for framework in frameworks:
+            if best is None or framework not in found:
+                numbers[framework].append(None)
+                verdicts[framework].append("")
+                pairs[framework].append(None)
+                continue
+            percent = round((found[framework].ms / candidates[best].ms - 1) * 100)
+            numbers[framework].append(percent)
+            verdicts[framework].append("best" if framework == best else
+                                       stats.interval_verdict(found[framework], candidates[best], f"{percent:+d}%"))
+            pairs[framework].append(None if framework == best else (candidates[best], found[framework]))
+    table[BEST], table["best Keras 3 ms"] = best_names, best_ms
+    present = [f for f in frameworks if f in summary.framework.values]
+    flat = [pair for f in present for pair in pairs[f]]
+    welch = iter(welch_verdicts(flat))
+    welch_by_framework = {f: [next(welch) for _ in pairs[f]] for f in present}
+    for framework in present:
+        table[f"vs {framework}"], table[f"vs {framework} %"] = verdicts[framework], numbers[framework]
+        if any(welch_by_framework[framework]):
+            table[f"vs {framework} Welch"] = welch_by_framework[framework]
+    table["params_parity"] = parity_flags(summary).reindex(table.index).fillna("")
+    table[NETWORKS] = network_flags(summary).reindex(table.index).fillna("")
+    table[FLAGS] = row_flags(summary).reindex(table.index).fillna("")
+    table[EQUIVALENCE] = flag_rows(table.index, equivalence)
+    return table
+
+
+def study_cells(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """The cells of every model/task/batch that ran the baseline precision and at least one other."""
+    def in_study(group: pd.DataFrame) -> bool:
+        return baseline in set(group.precision) and group.precision.nunique() > 1
+    return summary.groupby(STUDY_KEYS, sort=False).filter(in_study)
+
+
+def precision_table(summary: pd.DataFrame, frameworks: list[str], baseline: str) -> pd.DataFrame:
+    """Rows model/task/batch/framework, one column per precision (baseline first): ms/step or the cell's status."""
+    study = study_cells(summary, baseline)
+    keys = STUDY_KEYS + ["framework"]
+    if study.empty:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
+    wide = study.pivot(index=keys, columns="precision", values="text")
+    precisions = [baseline] + [p for p in study.precision.unique() if p != baseline]
+    return wide.reindex(index=_study_rows(study, frameworks), columns=precisions).fillna("")
+
+
+def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseline: str,
+                            claims: list[dict], costs: dict | None = None) -> pd.DataFrame:
+    """Rows model/task/batch/framework: each baseline's ms / the ms of each other precision (x; above 1 is faster):
+    the configured baseline (float32) and every other baseline precision that ran (tf32, on a GPU), from cells
+    that are ok at both; whether their intervals separate (* one repeat) and, with repeats on both sides, Welch's
+    verdict; beside the claimed speedup and the baseline the claim is read against."""
+    study = study_cells(summary, baseline)
+    keys = STUDY_KEYS + ["framework"]
+    if study.empty:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys))
+    ok = study[study.status == "ok"].set_index(keys + ["precision"])
+    table = pd.DataFrame(index=_study_rows(study, frameworks))
+    ran = list(study.precision.unique())
+    denominators = [b for b in precision_baselines(baseline) if b in ran]
+    for over in denominators:
+        # against the configured baseline every other precision (tf32 too: what TF32 buys), against the others
+        # the non-baselines
+        for name in [p for p in ran if p != over and (over == baseline or p not in denominators)]:
+            ratios, verdicts, pairs = [], [], []
+            for key in table.index:
+                a, b = (as_estimate(ok.loc[key + (p,)]) if key + (p,) in ok.index else None for p in (over, name))
+                if a is None or b is None:
+                    ratios.append(None)
+                    verdicts.append("")
+                    pairs.append(None)
+                    continue
+                ratios.append(round(a.ms / b.ms, 2))
+                verdicts.append(stats.interval_verdict(a, b, "different"))
+                pairs.append((a, b))
+            if over != baseline and not any(pairs):
+                continue          # a baseline no cell of the study ran (tf32 on a CPU): no empty columns
+            label = f"{precision_table_label(over)} / {precision_table_label(name)}"
+            table[f"{label} x"], table[f"{label} verdict"] = ratios, verdicts
+            welch = welch_verdicts(pairs)
+            if any(welch):
+                table[f"{label} Welch"] = welch
+        if costs and over == baseline:      # what the precision costs in accuracy, beside what it buys in speed
+            found = [costs.get((model, task, framework, name)) for model, task, _, framework in table.index]
+            if any(found):
+                label = precision_table_label(name)
+                table[f"{label} output rel error"] = [None if f is None else float(f"{f[0]:.2g}") for f in found]
+                if any(f and f[1] is not None for f in found):
+                    table[f"{label} loss rel error"] = [None if f is None or f[1] is None else float(f"{f[1]:.2g}")
+                                                        for f in found]
+    claimed = {(c["model"], c["task"]): c for c in claims}
+    found = [claimed.get((model, task), {}) for model, task, _, _ in table.index]
+    table["claimed x"] = [c.get("speedup") for c in found]
+    table["claim against"] = [precision_table_label(c.get("baseline", baseline)) if c else "" for c in found]
+    table["claim"] = [c.get("quote", "") for c in found]
+    return table
+
+
+# What examples_per_s counts: one batch element of the step.
+EXAMPLE = {("bert", "fit"): "sequence", ("bert", "predict"): "sequence", ("resnet50", "fit"): "image",
+           ("sam", "fit"): "image", ("sam", "predict"): "image with its point prompt",
+           ("stable_diffusion", "fit"): "image",
+           ("stable_diffusion", "predict"): "latent through one guided denoising step (not a finished image)",
+           ("gemma", "fit"): "sequence", ("mistral", "fit"): "sequence",
+           ("gemma", "generate"): "sequence (one whole generate call)",
+           ("mistral", "generate"): "sequence (one whole generate call)"}
+
+
+def throughput_table(summary: pd.DataFrame) -> pd.DataFrame:
+    ok = summary[summary.status == "ok"]
+    table = ok.set_index(ROW_KEYS + ["framework"])[
+        ["examples_per_s", "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu"]]
+    table.insert(1, "one example is", [EXAMPLE.get(key[:2], "batch element") for key in table.index])
+    table = table.assign(flops_per_step=table.flops_per_step.map(lambda f: f"{f:.4g}" if pd.notna(f) else None),
+                         mfu=(table.mfu * 100).round(2))
+    return table.rename(columns={"mfu": "MFU %"}).round({"examples_per_s": 2, "tokens_per_s": 1,
+                                                          "tflops_per_s": 4})
+
+
+def memory_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Three views of device memory, each named: the framework's allocator peak (what it counts differs by
+    framework: memory_view), NVML's device-wide use (every process, and under MIG in a container the parent GPU),
+    and NVML's per-process figure where one process was on the GPU."""
+    ok = summary[summary.status == "ok"]
+    return ok.set_index(ROW_KEYS + ["framework"])[
+        ["peak_device_mib", "memory_view", "nvml_used_mib", "nvml_process_mib", "peak_host_rss_mib"]].rename(
+        columns={"peak_device_mib": "peak device MiB (framework)", "memory_view": "what the framework counts",
+                 "nvml_used_mib": "device MiB in use (NVML, device-wide)",
+                 "nvml_process_mib": "device MiB of the cell's process (NVML)", "peak_host_rss_mib": "peak host RSS MiB"})
+
+
+def energy_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU cell: energy per step (and per generated token) from NVML's energy counter around the timed window,
+    mean power, clocks and temperature during it, the slowdowns the driver reported, and the MFU beside them."""
+    ok = summary[(summary.status == "ok") & summary.energy_j_per_step.notna()]
+    table = ok.set_index(ROW_KEYS + ["framework"])[
+        ["energy_j_per_step", "energy_j_per_token", "mean_power_w", "mfu", "sm_clock_mhz_mean", "sm_clock_mhz_min",
+         "memory_clock_mhz_mean", "temperature_c_max", "slowdowns"]]
+    return table.assign(mfu=(table.mfu * 100).round(2)).rename(columns={
+        "energy_j_per_step": "J/step", "energy_j_per_token": "J/token", "mean_power_w": "mean W", "mfu": "MFU %",
+        "sm_clock_mhz_mean": "SM MHz (mean)", "sm_clock_mhz_min": "SM MHz (min)",
+        "memory_clock_mhz_mean": "memory MHz (mean)", "temperature_c_max": "max °C",
+        "slowdowns": "slowdowns seen"}).round({"J/step": 4, "J/token": 5, "mean W": 1})
+
+
+def _study_rows(study: pd.DataFrame, frameworks: list[str]) -> pd.MultiIndex:
+    """Model/task/batch in the order they ran, frameworks in column order."""
+    rows = study[STUDY_KEYS].drop_duplicates().itertuples(index=False)
+    present = set(study.framework)
+    return pd.MultiIndex.from_tuples([(*row, f) for row in rows for f in frameworks if f in present],
+                                     names=STUDY_KEYS + ["framework"])
+
+
+# ---------------------------------------------------------------- files
+
+def sections_markdown(table: pd.DataFrame) -> str:
+    """One Markdown table per model/task/batch, frameworks as rows (the study's reading order)."""
+    parts = []
+    for (model, task, batch), section in table.groupby(level=STUDY_KEYS, sort=False):
+        parts.append(f"### {model} {task}, batch {batch}\n\n"
+                     + markdown(section.droplevel(STUDY_KEYS)))
+    return "\n".join(parts) or "(no model/task ran the baseline and another precision)\n"
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """A Markdown table with empty cells where a value is missing (no ratio, no claim), not "nan"."""
+    flat = table.reset_index()
+    return flat.astype(object).where(flat.notna(), "").to_markdown(index=False) + "\n"
+
+
+NOTE = ("\nms/step: the mean of the repeats' means ± the half-width of its 95% interval (Student's t over the "
+        f"repeats; {stats.ONE_RUN}: one repeat, t over its synced blocks, within-run only: it cannot see run-to-run "
+        "spread). Verdicts: the % where two intervals do not overlap; \"not shown to differ\" where they do, which "
+        "is not \"equal\": non-overlap is a strict test (with 3 repeats at 4% run-to-run spread it calls 0.5% of "
+        f"equal pairs different and finds a true 10% difference about 15% of the time); {stats.ONE_RUN} marks a "
+        "verdict resting on a one-repeat interval. Where both sides have repeats, the Welch column gives Welch's "
+        "t-test on the repeat means, its p-values adjusted over the table (Benjamini-Hochberg q, different at "
+        "q < 0.05; about 50% power in the same case).\n")
+
+
+def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_section: bool = False,
+          readable: pd.DataFrame | None = None, note: str = "") -> None:
+    """CSV for programs, Markdown for reading, HTML for the Snakemake report (from `readable` where given); the
+    profile heads the readable ones."""
+    table.to_csv(out_dir / f"{name}.csv")
+    shown = table if readable is None else readable
+    text = sections_markdown(shown) if by_section else markdown(shown)
+    (out_dir / f"{name}.md").write_text(f"## {name}, profile {profile}\n\n{text}{note}")
+    (out_dir / f"{name}.html").write_text(f"<html><body><h2>{name}, profile {profile}</h2>\n"
+                                          + shown.to_html(na_rep="", border=0) + f"\n<p>{note}</p>\n</body></html>\n")
+
+
+EQUIVALENCE_NOTE = ("\nEvery column loads the reference column's unit-scale weights and runs the row's outputs on the "
+                    "cells' inputs (fit: also the losses of a few optimizer steps), in float32, compared with the "
+                    "reference's: rel = the relative (Frobenius) error of its worst output; ✓ within, ✗ beyond the "
+                    "tolerance 2 x 2^-24 x sqrt(K x D) (K: the longest contraction, D: the products in sequence). "
+                    "Other precisions: their error against the column's own float32 (the accuracy cost). aligned: "
+                    "the native column with a named design difference removed. 'training steps drift': the losses "
+                    "after the steps left the reference's by more than 10 x steps x the tolerance. ms_per_step "
+                    "and speedup flag every row whose outputs are not shown equivalent.\n")
+
+
+def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
+          profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = (),
+          equivalence: list[cell.CellResult] = (), differences: list[dict] = ()) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    long = long_table(results)
+    long.drop(columns=["step_ms", "block_means", "arch", "inputs", "task_options", "precision_switches"]).to_csv(
+        out_dir / "cells_long.csv", index=False)
+    summary = summary_table(long)
+    summary.to_csv(out_dir / "cells_summary.csv", index=False)
+    checked = equivalence_long(list(equivalence), list(differences))
+    flags = equivalence_flags(checked)
+    write(ms_per_step_table(summary, frameworks, unreproduced, equivalence=flags), out_dir, "ms_per_step", profile,
+          readable=ms_per_step_table(summary, frameworks, unreproduced, readable=True, equivalence=flags),
+          note=NOTE)
+    write(speedup_table(summary, frameworks, keras3, flags), out_dir, "speedup", profile, note=NOTE)
+    checked.to_csv(out_dir / "equivalence_long.csv", index=False)
+    write(equivalence_table(checked, frameworks), out_dir, EQUIVALENCE, profile,
+          note=EQUIVALENCE_NOTE + difference_notes(checked))
+    write(params_table(summary, frameworks), out_dir, "params", profile)
+    write(precision_table(summary, frameworks, baseline), out_dir, "precision", profile, by_section=True)
+    write(precision_speedup_table(summary, frameworks, baseline, list(claims), accuracy_costs(checked)), out_dir,
+          "precision_speedup", profile, by_section=True)
+    write(throughput_table(summary), out_dir, "throughput", profile,
+          note="\nexamples/s: batch elements per second (\"one example is\" says what one is: for SD predict a latent "
+               "through one denoising step, not an image). FLOPs: model FLOPs per step (kbench.results.flops: 2 x "
+               "multiply-accumulates of matrix products, convolutions and attention; per column where the libraries "
+               "build different networks). MFU: the time those FLOPs take at the device's dense peak for the "
+               "arithmetic each product could run in (matmuls as the float32 probe saw, convolutions as the "
+               "recorded switches allowed; kbench.gpu.peaks), over the measured time; peak TFLOP/s: the peak they "
+               "reach together. GPUs in kbench.gpu.peaks only.\n")
+    write(memory_table(summary), out_dir, "memory", profile)
+    write(energy_table(summary), out_dir, "energy", profile,
+          note="\nGPU cells only: NVML's energy counter (mJ since the driver loaded) read just before and after the "
+               "timed window, over its steps (and generated tokens); mean W = energy / window time; clocks and "
+               "temperature sampled every 50 ms in the window; slowdowns: the clock-event reasons that mean the "
+               "GPU slowed itself (power cap, thermal, hardware slowdown, power brake), which also flag the cell's "
+               "number (†) in ms_per_step.\n")
+
+
+def comma_list(text: str) -> list[str]:
+    return [name for name in text.split(",") if name]     # "" (no Keras 3 column selected) -> []
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
+    parser.add_argument("--keras3", required=True, help="the Keras 3 columns, comma-separated")
+    parser.add_argument("--baseline", default="float32", help="the precision the study compares against")
+    parser.add_argument("--claims", default="[]", type=json.loads,
+                        help='JSON list of {"model", "task", "speedup", "quote"} (config precision_study.claims)')
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--unreproduced", default="[]", type=json.loads,
+                        help="JSON list of the departures no profile keeps (kbench.plan.departures.unreproduced)")
+    parser.add_argument("--equivalence", nargs="*", default=[], help="the equivalence jobs' JSONs of the profile")
+    parser.add_argument("--differences", default="[]", type=json.loads,
+                        help="JSON list of config equivalence.differences")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("results", nargs="+")
+    args = parser.parse_args(argv)
+    build([cell.read(p) for p in args.results], comma_list(args.frameworks), comma_list(args.keras3), args.out,
+          args.profile, args.baseline, args.claims, args.unreproduced, [cell.read(p) for p in args.equivalence],
+          args.differences)
+    return 0
+
+
+
+# ---------------------------------------------------------------- the equivalence check
+
+EQUIVALENCE = "equivalence"
+
+
+def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = ()) -> pd.DataFrame:
+    """One row per model / task / precision / column / variant of the equivalence jobs (kbench.equivalence.check): the
+    worst relative error of its outputs against what it was compared with, the tolerance, the losses' errors, the
+    first divergent generated token, weights the mapping did not load, and the verdict."""
+    from kbench.plan.matrix import matches
+    rows = []
+    for job in jobs:
+        spec, report = job.spec, job.equivalence or {}
+        base = {"model": spec["model"], "framework": spec["framework"], "reference column": bool(
+            report.get("reference"))}
+        if job.status != "ok":
+            rows.append({**base, "task": "", "precision": "", "variant": "", "verdict": job.text()})
+            continue
+        for entry in report.get("results", []):
+            for variant, found in (entry.get("variants") or {"": {}}).items():
+                row = {**base, "task": entry["task"], "precision": entry["precision"], "variant": variant,
+                       "tolerance": entry.get("tolerance")}
+                if "error" in entry:
+                    rows.append({**row, "verdict": entry["error"].split(":", 1)[0] + ": " + entry["error"].split(
+                        ": ", 2)[-1]})
+                    continue
+                compared = found.get("compared") or {}
+                tokens = compared.get("tokens", {})
+                loaded = found.get("loaded") or {}
+                difference = [d["what"] for d in differences if matches(d.get("model"), spec["model"])
+                              and matches(d.get("task"), entry["task"]) and matches(d.get("framework"), spec["framework"])]
+                row.update(
+                    against=found.get("against", "(the reference)"), rel=found.get("rel"),
+                    max_abs=max((v.get("max_abs", 0.0) for v in compared.values()), default=None),
+                    outputs=", ".join(f"{k} {v['rel']:.1e}" for k, v in compared.items() if "rel" in v),
+                    loss_first_rel=(found.get("loss_rel") or [None])[0],
+                    loss_last_rel=(found.get("loss_rel") or [None])[-1],
+                    first_divergent_token=tokens.get("first_divergence"),
+                    not_loaded=_names(loaded.get("missing", [])), not_in_column=_names(loaded.get("unexpected", [])),
+                    skipped=_names(loaded.get("skipped", [])),       # left out by the mapping, on purpose
+                    steps=len(found.get("losses") or []),
+                    design_difference="; ".join(difference))
+                row["verdict"] = equivalence_verdict(row, report.get("reference"))
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _names(names: list[str]) -> str:
+    return "" if not names else f"{len(names)}: " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def equivalence_verdict(row: dict, is_reference: bool) -> str:
+    """equivalent | differs (what and by how much) | differs by design (named in config) | mapping incomplete."""
+    if is_reference and row["precision"] == "float32":
+        return "reference"
+    if row["not_loaded"]:
+        return f"mapping incomplete: not loaded from the reference: {row['not_loaded']}"
+    if row.get("rel") is None:
+        return "not compared"
+    token = row.get("first_divergent_token")
+    if row["precision"] != "float32":       # a precision's cost against the column's float32: measured, not judged
+        return f"accuracy cost: rel {row['rel']:.1e}" + _tokens(token) + _losses(row)
+    first = row.get("loss_first_rel")
+    if row["rel"] <= row["tolerance"] and token is None:
+        # a named difference whose outputs agree (the LLMs' LoRA factorisations, the same function at the start)
+        # excuses the later steps' losses (_drift), never the first's
+        if row["design_difference"] and row["variant"] != "aligned" and first is not None and not pd.isna(first) \
+                and first > row["tolerance"]:
+            return f"differs: the first step's loss rel {first:.1e} > {row['tolerance']:.1e}"
+        return "equivalent" + _drift(row)
+    what = f"rel {row['rel']:.1e} > {row['tolerance']:.1e}" + _tokens(token)
+    if row["design_difference"] and row["variant"] != "aligned":
+        return f"differs by design ({what}): {row['design_difference']}"
+    return f"differs: {what}" + _drift(row)
+
+
+def _tokens(token) -> str:
+    return "" if token is None or pd.isna(token) else f", greedy tokens differ from position {int(token)}"
+
+
+def _losses(row: dict) -> str:
+    first, last = row.get("loss_first_rel"), row.get("loss_last_rel")
+    if first is None or pd.isna(first):
+        return ""
+    return f", loss rel {first:.1e} at the first step, {last:.1e} after {row.get('steps') or 1}"
+
+
+def _drift(row: dict) -> str:
+    """The fit's losses after its steps, where they left the reference's by more than 10 x steps x the tolerance:
+    each step carries the forward's and backward's rounding into the weights, and an adaptive optimizer can scale a
+    gradient's relative error up to the update's size; more than that is another training step (batch-norm
+    statistics over a tiny batch are ill-conditioned enough to reach it too). Where a design difference is named
+    for the row (the LLMs' LoRA factorisations: the same function at the start, other factors trained), the steps
+    after the first are that difference, and the first step's loss is the one that must agree."""
+    last, steps = row.get("loss_last_rel"), row.get("steps") or 1
+    if last is None or pd.isna(last) or last <= 10 * steps * row["tolerance"]:
+        return ""
+    # the cause named where config names one (Keras 3's TF Adam on repeated tokens, the LLMs' LoRA factors)
+    cause = f" ({row['design_difference']})" if row.get("design_difference") else ""
+    return f"; training steps drift: loss rel {last:.1e} after {steps} steps{cause}"
+
+
+def equivalence_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
+    """Rows model/task/precision, a column per framework: the relative error of its outputs (as built, and aligned
+    where a design difference is named) and the verdict."""
+    if long.empty or "rel" not in long:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=["model", "task", "precision"]))
+
+    labels = difference_labels(long)
+
+    def text(group: pd.DataFrame) -> str:
+        parts = []
+        for r in group.itertuples():
+            label = "aligned: " if r.variant == "aligned" else ""
+            r = r._replace(verdict=_labelled(r.verdict, labels))
+            if pd.isna(r.rel):
+                parts.append(f"{label}{r.verdict}")
+            elif r.verdict.startswith("accuracy cost"):
+                parts.append(r.verdict.removeprefix("accuracy cost: "))
+            elif r.verdict.startswith("equivalent"):
+                parts.append(f"{label}rel {r.rel:.1e} ✓{r.verdict.removeprefix('equivalent')}")
+            else:
+                parts.append(f"{label}rel {r.rel:.1e} ✗ ({r.verdict})")
+        return "; ".join(parts)
+    shown = long[(long.task != "") & ~long["reference column"]]
+    table = shown.groupby(["model", "task", "precision", "framework"], sort=False).apply(
+        text, include_groups=False).unstack("framework")
+    return table.reindex(columns=[f for f in frameworks if f in table.columns]).fillna("")
+
+
+def difference_labels(long: pd.DataFrame) -> dict[str, str]:
+    """Each named design difference that reaches a verdict -> a short label ([d1], [d2]): the table's cells name it,
+    the note under the table spells it out (a paragraph per cell buries the numbers)."""
+    named = [] if long.empty or "design_difference" not in long else long.design_difference.dropna()
+    unique = [d for d in dict.fromkeys(named) if d]
+    return {d: f"[d{i}]" for i, d in enumerate(unique, 1)}
+
+
+def _labelled(verdict: str, labels: dict[str, str]) -> str:
+    for difference, label in labels.items():
+        verdict = verdict.replace(difference, label)
+    return verdict
+
+
+def difference_notes(long: pd.DataFrame) -> str:
+    labels = difference_labels(long)
+    return "".join(f"\n{label} {difference}\n" for difference, label in labels.items())
+
+
+def equivalence_flags(long: pd.DataFrame) -> pd.Series:
+    """Per model/task (float32, as built): the columns whose outputs are not shown to be the reference's, and why:
+    the flag ms_per_step and speedup carry, as params_parity does."""
+    if long.empty or "verdict" not in long:
+        return pd.Series(dtype=str)
+    rows = long[(long.precision == "float32") & (long.variant == "as built")
+                & ~long.verdict.str.startswith(("equivalent", "reference"))]
+    return rows.groupby(["model", "task"], sort=False).apply(
+        lambda g: "; ".join(f"{r.framework}: {r.verdict}" for r in g.itertuples()), include_groups=False)
+
+
+def accuracy_costs(long: pd.DataFrame) -> dict:
+    """(model, task, framework, precision) -> the relative error of that precision's outputs against the column's own
+    float32 outputs on the same weights and inputs (and its loss after the fit steps against float32's)."""
+    if long.empty or "rel" not in long:
+        return {}
+    costs = long[(long.precision != "float32") & long.rel.notna()]
+    return {(r.model, r.task, r.framework, r.precision): (r.rel, r.loss_last_rel) for r in costs.itertuples()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,489 @@
+"""The one place that knows how a cell process starts: host venv, preinstalled interpreter, podman, docker or
+apptainer, and that it ends.
+
+run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
+log, and guarantees a result JSON whatever happens: a process that crashes, is killed, runs out of memory or time,
+or cannot even be started (a missing runtime binary, an unreadable record) becomes a `failed` cell with the reason
+decoded, so the rest of the run and the tables go on.
+
+Lifecycle: the cell runs in its own process group (and, in podman/docker, as a named container that is removed
+explicitly), killed whole on timeout, on SIGTERM/SIGINT (scancel, Ctrl-C) and when the Snakemake process that
+started it dies (a watchdog polls it: a killed driver leaves no cell running into the next run's timings). A rerun of
+a cell waits for the lock its previous process held and keeps the previous record and log under attempts/.
+
+Confinement: in a container the cell has no network, sees the repo's scripts/ read-only and writes only a fresh
+staging folder of its own (moved to its result path afterwards); on the host it gets an allow-listed environment.
+Within a SLURM job only the GPUs of the allocation are handed to the container, the job's memory becomes the
+container's limit and its CPUs the container's cpuset (a container's processes are outside the job's cgroup).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kbench import cell, host, records
+from kbench.gpu import preflight
+
+REPO = host.REPO
+SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
+OUT_IN_IMAGE = "/kbench/out"
+IN_IMAGE = "/kbench/in"
+RESULT_NAME = "result.json"
+# The host runtime's cell gets these of the driver's environment and nothing else (the spec adds its own): a stray
+# XLA_FLAGS or OMP_NUM_THREADS in the shell that started Snakemake must not change a measurement unrecorded.
+HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
+            "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+STOP_GRACE_S = 10
+
+
+class LaunchError(Exception):
+    """The cell process could not be started or supervised."""
+
+
+# ---------------------------------------------------------------- runtimes: one entry each
+
+@dataclass(frozen=True)
+class Options:
+    """What a cell's argv depends on besides its runtime and environment."""
+    name: str = "kbench-cell"                   # the container's name (removed by it)
+    gpus: list[str] | None = None               # GPU indices or UUIDs of the allocation; None: every GPU
+    memory_mb: int | None = None                # container limits
+    cpus: float | None = None
+    cpuset: list[int] | None = None
+    remove: bool = True                         # --rm (the launcher removes its cells itself, after reading OOM)
+    files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How one runtime starts a cell process: the argv before `python -m <module> --out OUT` (the payload comes on
+    stdin), the flags that hand it GPUs (every GPU, or those of an allocation), whether the cell is a named container
+    (killed and removed by name, its OOM state readable). Where its environment record lives: kbench.records.PATHS."""
+    prefix: Callable[[dict, Path, Options], list[str]]
+    image: Callable[[dict], str] | None = None   # the image it starts (None: a process in the environment itself)
+    gpu_flags: Callable[[list[str] | None], list[str]] = lambda gpus: []   # CUDA_VISIBLE_DEVICES where none
+    container: bool = False
+    # how it names one GPU: by UUID (CUDA_VISIBLE_DEVICES and docker take it, and it does not depend on CUDA's
+    # device order); podman by the CDI device name, which `nvidia-ctk cdi generate` makes from NVML's index
+    gpu_name: Callable[[dict], str] = lambda device: device["uuid"]
+    lock_mode: str = "fail"          # a drift from the stack's lock fails the cell, or is recorded ("record")
+
+
+def _process(interpreter: Callable[[dict], str]):
+    return lambda environment, out, options: [interpreter(environment)]
+
+
+def _container_run(binary: str):
+    """podman/docker run: --init (the cell is not PID 1, which the kernel shields from signals it has no handler for,
+    and a small init forwards signals and reaps children), named, labelled with its staging folder (`podman ps
+    --filter label=kbench.out` finds a run's containers), offline, the scripts read-only and the staging folder the
+    only writable mount, limits, the host's ulimits."""
+    def prefix(environment: dict, out: Path, o: Options) -> list[str]:
+        argv = [binary, "run", *(["--rm"] if o.remove else []), "-i", "--init", "--name", o.name, "--network", "none",
+                f"--label=kbench.out={out.parent.resolve()}"]
+        argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in _mounts(out, o.files)]
+        argv += [f"--memory={o.memory_mb}m"] if o.memory_mb else []
+        argv += [f"--cpus={o.cpus}"] if o.cpus else []
+        argv += [f"--cpuset-cpus={','.join(map(str, o.cpuset))}"] if o.cpuset else []
+        return argv + host.ulimit_args()
+    return prefix
+
+
+def _apptainer(environment: dict, out: Path, o: Options) -> list[str]:
+    return ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
+            "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in _mounts(out, o.files)),
+            "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"]
+
+
+def _mounts(out: Path, files: dict | None = None) -> list[tuple[Path, str, str]]:
+    return [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw"),
+            *((Path(path).resolve(), f"{IN_IMAGE}/{name}", "ro") for name, path in (files or {}).items())]
+
+
+def files_as_seen(runtime: str, files: dict | None) -> dict:
+    """Where the process finds each file it reads: its own path on the host, the mount point in an image."""
+    if runtime_of(runtime).image is None:
+        return {name: str(Path(path).resolve()) for name, path in (files or {}).items()}
+    return {name: f"{IN_IMAGE}/{name}" for name in (files or {})}
+
+
+_ID = lambda environment: environment["id"]          # noqa: E731  (images are started by ID, never by tag)
+RUNTIMES = {
+    "host": Runtime(_process(lambda environment: str(Path(environment["prefix"]) / "bin" / "python"))),
+    # an interpreter the host already has (an HPC module, a vendor image)
+    # its versions are what they are: recorded against the lock
+    "preinstalled": Runtime(_process(lambda environment: environment["python"]), lock_mode="record"),
+    "podman": Runtime(_container_run("podman"), _ID, container=True,
+                      # CDI: one device name per allocated GPU
+                      gpu_flags=lambda gpus: [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}")],
+                      gpu_name=lambda device: device["index"]),
+    "docker": Runtime(_container_run("docker"), _ID, container=True,
+                      gpu_flags=lambda gpus: ["--gpus", f"device={','.join(gpus)}" if gpus else "all"]),
+    "apptainer": Runtime(_apptainer, lambda environment: environment["sif"],
+                         gpu_flags=lambda gpus: ["--nv"] + (["--env", f"CUDA_VISIBLE_DEVICES={','.join(gpus)}"]
+                                                            if gpus else [])),
+}
+assert set(RUNTIMES) == set(records.PATHS), "every runtime has a place for its environment records"
+
+
+def runtime_of(name: str) -> Runtime:
+    if name not in RUNTIMES:
+        raise ValueError(f"runtime {name!r} is not supported; allowed: {', '.join(RUNTIMES)}")
+    return RUNTIMES[name]
+
+
+def command(runtime: str, environment: dict, out: Path, gpu: bool = False, module: str = "kbench.run.runner",
+            **options) -> list[str]:
+    """argv that runs `python -m module --out OUT` (kbench.run.runner for a cell) inside `environment` (a record of
+    kbench.stacks.envs or kbench.stacks.images), the payload on its stdin. options: kbench.run.launch.Options (the container's name,
+    the allocation's GPUs, limits)."""
+    entry, o = runtime_of(runtime), Options(**options)
+    argv = entry.prefix(environment, out, o)
+    if entry.image:                                 # inside an image: its python, the staging folder mounted
+        argv += entry.gpu_flags(o.gpus) if gpu else []
+        return argv + [entry.image(environment), "python", "-m", module, "--out", f"{OUT_IN_IMAGE}/{out.name}"]
+    return argv + ["-m", module, "--out", str(out)]
+
+
+def process_env(runtime: str, environment: dict | None = None, gpus: list[str] | None = None) -> dict[str, str]:
+    """The environment of the process the launcher starts: the container client's (the cell inside gets only the
+    image's and the spec's), or on the host an allow-list, the scripts on the path, the lock to check and the GPUs
+    of its allocation (gpus: CUDA_VISIBLE_DEVICES; a container gets them as the runtime's GPU flags)."""
+    entry = runtime_of(runtime)
+    if entry.image is not None:
+        return host.client_env(runtime)
+    env = {k: v for k, v in os.environ.items() if k in HOST_ENV}
+    env["PYTHONPATH"] = str(REPO / "scripts")
+    if environment and environment.get("lock"):
+        env["KBENCH_LOCK"] = str((REPO / environment["lock"]).resolve())   # images set their own
+    env["KBENCH_LOCK_MODE"] = entry.lock_mode
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def allocated_gpus() -> list[str] | None:
+    """The GPUs a scheduler gave this job (SLURM_STEP_GPUS / SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES), or None:
+    no allocation, every GPU of the host."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return [device.strip() for device in value.split(",") if device.strip()]
+    return None
+
+
+def allocated_cpus() -> list[int] | None:
+    """The CPUs a SLURM job was given (its affinity), or None outside SLURM."""
+    return sorted(os.sched_getaffinity(0)) if os.environ.get("SLURM_JOB_ID") else None
+
+
+# ---------------------------------------------------------------- one cell, start to end
+
+def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
+             timeout_s: float | None = None, repeat: int = 1, memory_mb: int | None = None,
+             cpus: float | None = None, image_archive: str | Path | None = None, module: str = "kbench.run.runner",
+             files: dict | None = None) -> cell.CellResult:
+    """image_archive: where a node whose container storage lacks the image loads it from (a cluster node); module:
+    what the process runs (kbench.run.runner for a cell, kbench.equivalence.check for an equivalence job); files: name -> path
+    of files it reads (mounted read-only into a container)."""
+    out, log = Path(out), Path(log)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    context = {"runtime": runtime, "git_commit": host.git_commit(), "repeat": repeat,
+               "launcher": {"node": socket.gethostname(), "gpus_allocated": allocated_gpus(),
+                            "cpus_allocated": allocated_cpus(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
+    with _exclusive(out):
+        try:
+            context["environment"] = environment = records.read(environment_record)
+            ensure_image(runtime, environment, image_archive)
+            failure = _preflight(spec, runtime)
+            if not failure:
+                with gpu_lease(spec, runtime) as gpus:
+                    if gpus is not None:        # a CPU cell keeps the scheduler's allocation as the record of its job
+                        context["launcher"]["gpus_allocated"] = gpus
+                    failure = _supervise(spec, runtime, environment, context, out, log, timeout_s, memory_mb, cpus,
+                                         gpus, module, files)
+        except (LaunchError, OSError, ValueError, KeyError) as error:
+            failure = cell.error_info("LaunchError", f"the cell process could not be started: "
+                                                     f"{type(error).__name__}: {error}")
+        if failure or not out.exists():
+            failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
+            failure["detail"] = log.read_text()[-4000:] if log.exists() else ""
+            cell.new_result(spec, context, "failed", failure, repeat).write(out)
+        _keep_attempt(out, log)
+    return cell.read(out)
+
+
+LEASES = Path("/tmp")          # host-wide: every run (and user) of this pipeline on the host takes its GPUs from here
+
+
+@contextlib.contextmanager
+def gpu_lease(spec: dict, runtime: str, host: preflight.Host | None = None, poll_s: float = 0.5):
+    """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM_STEP_GPUS, ...); else one GPU of
+    this host to itself, the first free one (a host-wide lock per GPU, by UUID), waiting while every GPU is taken.
+    So cells side by side (rule cell's threads share the cores among the host's GPUs) never share a GPU, and no cell
+    sees every GPU. Yields the device names the runtime takes (kbench.run.launch.RUNTIMES gpu_name), None for a CPU cell."""
+    if not preflight.is_gpu(spec["accelerator"]):
+        yield None
+        return
+    allocated = allocated_gpus()
+    if allocated is not None:
+        yield allocated
+        return
+    devices = preflight.gpus(host or preflight.Host())
+    if not devices:
+        raise LaunchError("a GPU cell, and nvidia-smi lists no GPU on this host")
+    while True:
+        for device in devices:
+            handle = open(LEASES / f"kbench-gpu-{device['uuid']}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield [runtime_of(runtime).gpu_name(device)]
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        time.sleep(poll_s)
+
+
+def has_image(runtime: str, image_id: str) -> bool:
+    probe = ["podman", "image", "exists", image_id] if runtime == "podman" else ["docker", "image", "inspect", image_id]
+    return subprocess.run(probe, capture_output=True, env=process_env(runtime)).returncode == 0
+
+
+def ensure_image(runtime: str, environment: dict, archive: str | Path | None) -> None:
+    """A node whose container storage lacks the cell's image (a cluster node: images are built on the submit host)
+    loads it from the archive the submit host wrote, once per node (a node-local lock), and must then hold exactly
+    the recorded image ID."""
+    if runtime not in ("podman", "docker"):
+        return
+    if not shutil.which(runtime):
+        raise LaunchError(f"`{runtime}` is not on PATH (runtime {runtime})")
+    if has_image(runtime, environment["id"]):
+        return
+    node = socket.gethostname()
+    if not archive:
+        raise LaunchError(f"image {environment['id']} is not in {runtime}'s storage on {node}, and no archive to "
+                          "load it from (config ship_images: true ships images to the nodes)")
+    with host.file_lock(Path(f"/tmp/kbench-image-load-{runtime}.lock")):
+        if not has_image(runtime, environment["id"]):
+            loaded = subprocess.run([runtime, "load", "--quiet", "--input", str(archive)], capture_output=True,
+                                    text=True, env=process_env(runtime))
+            if loaded.returncode != 0:
+                raise LaunchError(f"{runtime} load of {archive} on {node} failed: {loaded.stderr.strip()[-500:]}")
+        if not has_image(runtime, environment["id"]):
+            raise LaunchError(f"{archive} loaded on {node} does not hold the recorded image {environment['id']}")
+
+
+def _exclusive(out: Path):
+    """One process per cell at a time: a run resumed after its driver died waits here until the previous cell
+    process (killed by its watchdog) has let go."""
+    return host.file_lock(out.parent / f".{out.name}.lock")
+
+
+def _keep_attempt(out: Path, log: Path) -> None:
+    """Every attempt's record and log are also kept, timestamped, in attempts/ beside them: Snakemake deletes a
+    job's outputs before it reruns it (a retry of failed cells, a forced rerun), and nothing computed may be lost."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for path in (out, log):
+        if path.exists():
+            kept = path.parent / "attempts" / f"{path.name}.{stamp}"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, kept)
+
+
+def _preflight(spec: dict, runtime: str) -> dict | None:
+    """This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them."""
+    if not preflight.is_gpu(spec["accelerator"]):
+        return None
+    if os.environ.get("SLURM_JOB_ID") and allocated_gpus() is None:
+        # Without an allocation the container would get every GPU of the node, shared with other jobs' cells.
+        raise LaunchError(f"SLURM job {os.environ['SLURM_JOB_ID']} has no GPU allocated; a GPU cell needs one "
+                          "(profiles/slurm: set-resources cell: gpu: 1)")
+    problems = preflight.problems(runtime, spec["accelerator"], [spec["framework_def"]["stack"]])
+    return cell.error_info("PreflightFailed", "; ".join(problems)) if problems else None
+
+
+def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: Path, log: Path,
+               timeout_s: float | None, memory_mb: int | None, cpus: float | None,
+               gpus: list[str] | None, module: str = "kbench.run.runner", files: dict | None = None) -> dict | None:
+    """Start the cell, wait for it (killing it whole on timeout, on SIGTERM/SIGINT, or when the driver dies), move
+    its result out of its staging folder; the failure (decoded) or None."""
+    name = f"kbench-{uuid.uuid4().hex[:12]}"
+    staging = out.parent.resolve() / f".staging-{name}"     # absolute: the cell runs in the repo folder
+    staging.mkdir()
+    container = runtime_of(runtime).container
+    argv = command(runtime, environment, staging / RESULT_NAME, gpu=preflight.is_gpu(spec["accelerator"]), name=name,
+                   module=module, gpus=gpus, memory_mb=memory_mb, cpus=cpus, cpuset=allocated_cpus(),
+                   remove=not container, files=files)
+    if not shutil.which(argv[0]):
+        raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime})")
+    stop = _Stop(runtime, name if container else None)
+    try:
+        with open(log, "w") as log_file, stop.on_signals():
+            log_file.write(f"$ {' '.join(argv)}\n")
+            log_file.flush()
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+                                    env=process_env(runtime, environment, gpus),
+                                    # a container's conmon writes a file named "oom" into its working folder when
+                                    # the kernel OOM-kills the cell: the cell's own staging folder, not the repo
+                                    cwd=staging if container else REPO, start_new_session=True)
+            stop.process = proc
+            watchdog = _Watchdog(stop)
+            watchdog.start()
+            proc.stdin.write(json.dumps({"spec": spec, "context": context, "files": files_as_seen(runtime, files)}))
+            proc.stdin.close()
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                stop.kill()
+                return cell.error_info("Timeout", f"cell process exceeded {timeout_s:.0f} s; its process group"
+                                                  + (" and container were" if container else " was") + " killed")
+            finally:
+                watchdog.leave_if_abandoned()
+        oom = stop.oom_killed()
+        for made in sorted(staging.glob("result.*")):      # the record, and any arrays written beside it
+            os.replace(made, out.with_suffix(made.suffix))
+        if oom:
+            return cell.error_info("OutOfMemory", "the kernel killed the cell for memory (container OOMKilled)")
+        return None if returncode == 0 else exit_failure(returncode, memory_mb if container else None)
+    finally:
+        stop.kill()                 # whatever is left of the group, and the container
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class _Stop:
+    """Everything that ends a cell: its process group, and its container by name."""
+
+    def __init__(self, runtime: str, container: str | None):
+        self.runtime, self.container, self.process = runtime, container, None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.process is not None:        # children the cell left behind in its group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        if self.container:
+            subprocess.run([self.runtime, "rm", "--force", "--time", "2", self.container], capture_output=True,
+                           env=process_env(self.runtime))
+
+    def oom_killed(self) -> bool:
+        if not self.container:
+            return False
+        state = subprocess.run([self.runtime, "inspect", "--format", "{{.State.OOMKilled}}", self.container],
+                               capture_output=True, text=True, env=process_env(self.runtime))
+        return state.stdout.strip() == "true"
+
+    @contextlib.contextmanager
+    def on_signals(self):
+        """SIGTERM (scancel, a kill) and SIGINT (Ctrl-C) end the cell and its container before the launcher goes."""
+        def handler(signum, frame):
+            self.kill()
+            raise SystemExit(128 + signum)
+        if threading.current_thread() is not threading.main_thread():    # only the main thread may set handlers
+            yield
+            return
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+class _Watchdog(threading.Thread):
+    """Kills the cell when the Snakemake process that runs this job is gone (SIGKILLed, or its node lost), and then
+    the launcher, which must leave no record: a cell killed with its driver is not finished, and the next run (a
+    plain rerun, scripts/resume) redoes it only if nothing finished-looking is there."""
+
+    def __init__(self, stop: _Stop, interval_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.stop, self.interval_s = stop, interval_s
+        self.driver = _driver()
+        self.abandoned = threading.Event()
+
+    def run(self) -> None:
+        if self.driver is None:
+            return
+        pid, started = self.driver
+        while self.stop.process.poll() is None:
+            if _start_time(pid) != started:         # gone, or the PID reused by another process
+                self.abandoned.set()                # before the kill: the main thread's wait returns after it
+                self.stop.kill()
+                os._exit(137)
+            time.sleep(self.interval_s)
+
+    def leave_if_abandoned(self) -> None:
+        """Called by the main thread when the cell process has ended: if the watchdog killed it for a dead driver,
+        wait for the watchdog to finish removing the cell (it then ends the process) and never return to write a
+        record."""
+        if self.abandoned.is_set():
+            self.join()
+            os._exit(137)
+
+
+def _driver() -> tuple[int, str] | None:
+    """The nearest ancestor that is a Snakemake process (the local driver, or a SLURM job's own Snakemake): its PID
+    and start time."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            command_line = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if any(part == b"snakemake" or part.endswith(b"/snakemake") for part in command_line[:3]):
+            return pid, _start_time(pid)
+        pid = parent
+    return None
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def exit_failure(returncode: int, memory_limit_mb: int | None = None) -> dict:
+    """A cell process's exit status, decoded: a signal (negative on the host, 128+n from a container runtime or a
+    shell) by name, with the likely cause where there is one. memory_limit_mb: the container's limit (a SIGKILL
+    there is the limit's OOM kill, which a runtime on cgroup v1 may not report as OOMKilled)."""
+    number = -returncode if returncode < 0 else returncode - 128 if 128 < returncode < 160 else None
+    if number is None:
+        return cell.error_info("ProcessExit", f"cell process exited with status {returncode}")
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return cell.error_info("ProcessExit", f"cell process exited with status {returncode}")
+    hint = {"SIGKILL": " (out of memory? the kernel's OOM killer sends it)", "SIGSEGV": " (a crash in native code)",
+            "SIGABRT": " (an abort in native code)", "SIGTERM": " (stopped from outside)"}.get(name, "")
+    if name == "SIGKILL" and memory_limit_mb:
+        hint = f" (out of memory? the container's limit is {memory_limit_mb} MiB)"
+    return cell.error_info("Killed", f"cell process killed by {name}{hint}")

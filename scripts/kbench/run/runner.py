@@ -1,0 +1,297 @@
+"""The cell process: `python -m kbench.run.runner --out RESULT.json < payload.json`.
+
+payload = {"spec": <resolved cell config>, "context": <launcher facts: runtime, environment record, git commit>}.
+Runs in the stack's environment (venv or image). Writes exactly one result JSON, whatever happens inside the framework.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import socket
+import sys
+import traceback
+
+import numpy as np
+
+from kbench import cell, numerics, timing
+from kbench.gpu import nvml, preflight
+from kbench.stacks import lockcheck
+
+
+class LoRANotApplied(Exception):
+    """A LoRA fit whose model has no trainable parameters (or only trainable ones): it would time a step that
+    trains nothing (Keras 2's enable_lora does this silently) or a full fine-tune."""
+
+
+class NothingToTrain(Exception):
+    """A fit whose model has no trainable parameters."""
+
+
+class LockUnchecked(Exception):
+    """A cell whose environment names no lock to check its packages against (KBENCH_LOCK unset: an image built
+    without it, a venv record without its lock): its number could come from any versions."""
+
+
+class PrecisionMismatch(Exception):
+    """A cell whose steps ran in other dtypes than its precision names (an autocast that did nothing, a dtype
+    policy that was dropped, a framework that falls back to float32 where it has no half-precision kernels): its time
+    would stand under the wrong precision's label."""
+
+
+class NonFiniteLoss(Exception):
+    """A fit whose loss at the first or last timed step is inf or nan (an fp16 overflow, a diverged run): its time
+    is that of broken arithmetic, so the cell is failed and can never win a table."""
+
+
+def check_workload(spec: dict, workload) -> None:
+    """Refuse to time a fit that does not train what the task says, before any step runs."""
+    if spec["task"] != "fit":
+        return
+    total, trainable = workload.params_total, workload.params_trainable
+    if "lora_rank" in spec["task_options"] and not 0 < trainable < total:
+        raise LoRANotApplied(f"LoRA rank {spec['task_options']['lora_rank']} left {trainable:,} of {total:,} "
+                             "parameters trainable; a LoRA fit trains only its adapter factors")
+    if trainable == 0:
+        raise NothingToTrain(f"none of {total:,} parameters is trainable")
+
+
+def timed_losses(spec: dict, steps: timing.StepTimes) -> dict | None:
+    """A fit step returns its loss: read it at the first and last timed step (after the timed window)."""
+    if spec["task"] != "fit":
+        return None
+    return {"first_timed_step": float(steps.first_output), "last_timed_step": float(steps.last_output)}
+
+
+def check_losses(losses: dict | None) -> None:
+    if losses and not all(math.isfinite(value) for value in losses.values()):
+        raise NonFiniteLoss("non-finite loss: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in losses.items()))
+
+
+def check_dtypes(spec: dict, observed: dict[str, str]) -> None:
+    """The dtypes the steps ran in, as the workload observed them, must be those the precision names."""
+    expected = {kind: spec["dtypes"][kind] for kind in ("weights", "compute")}
+    if observed != expected:
+        raise PrecisionMismatch(f"precision {spec['precision']} names weights {expected['weights']} and compute "
+                                f"{expected['compute']}, but the steps ran in weights {observed.get('weights')} and "
+                                f"compute {observed.get('compute')}")
+
+
+def check_lock() -> dict:
+    """KBENCH_LOCK is set by the launcher (venv, preinstalled) or the image: the lock this environment was built from.
+    A cell with none to check is failed: the record must say which lock its packages are."""
+    if not os.environ.get("KBENCH_LOCK"):
+        raise LockUnchecked("KBENCH_LOCK is not set: no lock to check this environment's packages against (images "
+                            "set it in containers/Containerfile; a venv record names its lock)")
+    return lockcheck.verify(os.environ["KBENCH_LOCK"], os.environ.get("KBENCH_LOCK_MODE", "fail"))
+
+
+class Window:
+    """What is read just outside the timed window (kbench.timing's on_window): the framework's compile counters
+    before and after it, and the GPU's energy, clocks, temperature and slowdowns during it (kbench.gpu.nvml)."""
+
+    def __init__(self, backend):
+        self.backend, self.monitor = backend, nvml.WindowMonitor()
+        self.before, self.in_window = {}, {}
+
+    def __call__(self, phase: str) -> None:
+        if phase == "start":
+            self.before = self.backend.compile_counters()
+            self.monitor.start()
+        else:
+            self.monitor.stop()
+            after = self.backend.compile_counters()
+            self.in_window = {key: after[key] - self.before.get(key, 0) for key in after}
+
+    def evidence(self) -> dict:
+        """Compiles in the window (a recompile there timed compilation, not the compiled step) and CUDA-graph
+        skips; {} where the framework exposes no counters."""
+        return {"compiles": {"before_window": self.before, "in_window": self.in_window}} if self.before else {}
+
+
+def step_returns(output) -> str:
+    """Where a step's output is: "host" (Python or NumPy values: the step read its result back, a device sync, as
+    train_on_batch does with its loss) or "device" (arrays the framework still holds)."""
+    if isinstance(output, dict):
+        leaves = list(output.values())
+    elif isinstance(output, (list, tuple)):
+        leaves = list(output)
+    else:
+        leaves = [output]
+    host = (int, float, np.ndarray, np.generic)
+    return "host" if all(isinstance(leaf, host) for leaf in leaves) else "device"
+
+
+class CountedSync:
+    """The backend's sync as the timer calls it, counted: the record shows the calls reached the timer."""
+
+    def __init__(self, sync):
+        self.sync, self.calls = sync, 0
+
+    def __call__(self, output) -> None:
+        self.calls += 1
+        self.sync(output)
+
+
+def run(spec: dict, context: dict) -> cell.CellResult:
+    # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
+    # framework is first imported.
+    os.environ.update(spec["env"])
+    from kbench import adapters
+
+    provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
+                  "platform": platform.platform(), "hostname": socket.gethostname(),
+                  "environment_variables": measurement_environment()}
+    backend = workload = losses = numerics_record = None
+    memory = {}
+    try:
+        provenance["lock_check"] = check_lock()
+        adapter = adapters.load(spec["framework_def"]["adapter"])
+        backend = adapter.backend()
+        provenance["device_facts"] = {**backend.device(), "nvml": nvml.facts()}
+        check_device(spec, backend)
+        numerics_record = set_and_probe_numerics(spec, backend)
+        numerics.check(numerics_record["probe"], spec["settings"]["tf32"], spec["dtypes"]["compute"],
+                       backend.device()["kind"])
+        workload = adapters.build(adapter, spec)
+        check_workload(spec, workload)
+        memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
+                      nvml_used_bytes_before_steps=nvml.used_bytes())
+        sync, window = CountedSync(backend.sync), Window(backend)
+        steps = timing.measure(workload.step, sync, spec["steps"]["warmup"], spec["steps"]["timed"],
+                               keep=workload.keep, blocks=spec["steps"]["blocks"], on_window=window)
+        memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes())
+        losses = timed_losses(spec, steps)
+        check_losses(losses)
+        check_dtypes(spec, workload.dtypes())
+    except adapters.NotSupported as exc:
+        result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
+    except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
+        result = cell.new_result(spec, provenance, "failed",
+                                 cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
+    else:
+        result = cell.new_result(spec, provenance, "ok")
+        result.timing = timed_result(steps, workload)
+        # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
+        # the warm-up steps it ran, and what the adapter observed of its objects
+        result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms),
+                           "sync_blocks": len(steps.block_ms), "sync_calls": sync.calls,
+                           "step_returns": step_returns(steps.last_output), **window.evidence(),
+                           **workload.evidence()}
+        result.energy = window.monitor.record
+    result.numerics = numerics_record
+    if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
+        result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
+        result.numerics = {**(numerics_record or {}),
+                           **{f"{kind}_dtype": name for kind, name in workload.dtypes().items()}}
+    result.loss = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
+    result.memory = {"peak_host_rss_bytes": peak_rss_bytes(),
+                     "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None,
+                     **memory}
+    if backend:
+        result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
+                                 sync=backend.sync_name, memory_policy=backend.memory_policy,
+                                 memory_view=backend.memory_view, packages=backend.package_versions())
+    # what this process ran of the repository (rule cell's inputs must hold every one: kbench.plan.sources)
+    # (this module runs as __main__ under `python -m`: its spec keeps its name)
+    result.provenance["kbench_modules"] = sorted({m for m in sys.modules if m.split(".")[0] == "kbench"}
+                                                 | {__spec__.name if __spec__ else __name__})
+    result.provenance["finished_utc"] = cell.utc_now()
+    result.repeat = int(context.get("repeat", 1))
+    return result
+
+
+# Variables that can change what a cell measures (threads, allocators, XLA and TF flags, devices, TF32, NCCL): the
+# cell records every one it saw, whoever set it.
+MEASUREMENT_ENV = ("CUDA_", "NVIDIA_", "XLA_", "TF_", "JAX_", "KERAS_", "OMP_", "MKL_", "OPENBLAS_", "TORCH",
+                   "PYTORCH_", "NCCL_", "TRITON_", "CUBLAS", "CUDNN", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHASHSEED",
+                   "SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+
+
+def measurement_environment() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(MEASUREMENT_ENV)}
+
+
+def check_device(spec: dict, backend) -> None:
+    """A GPU cell must run on a GPU, decided before the model is built: a framework that fell back to the CPU (no
+    driver, a CUDA too new for it, a runtime that did not pass the GPU) would otherwise time the CPU."""
+    device = backend.device()
+    if preflight.is_gpu(spec["accelerator"]) and device["kind"] != "gpu":
+        from kbench.adapters import NoAccelerator
+        raise NoAccelerator(f"the cell asks for a GPU ({spec['accelerator']}), but {backend.name} runs on "
+                            f"{device['kind']} ({device['name']}); see the GPU hosts section of the README")
+
+
+def set_and_probe_numerics(spec: dict, backend) -> dict:
+    """The framework's own float32 switches as the spec's tf32 setting says, then the probe of what a float32
+    matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
+    switches = backend.set_tf32(spec["settings"]["tf32"], spec["dtypes"]["compute"])
+    return {"tf32": spec["settings"]["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
+
+
+def timed_result(steps: timing.StepTimes, workload) -> dict:
+    stats = steps.summary()
+    per_second = 1e3 / stats["mean_ms"]
+    return {
+        **stats,
+        "first_step_ms": steps.warmup_ms[0] if steps.warmup_ms else None,
+        "warmup_ms": steps.warmup_ms,
+        "step_ms": steps.step_ms,
+        "window_ms": steps.window_ms,
+        "block_ms": steps.block_ms,
+        "block_steps": steps.block_steps,
+        "examples_per_s": workload.examples_per_step * per_second,
+        **generated(steps, workload, per_second),
+    }
+
+
+def generated(steps: timing.StepTimes, workload, per_second: float) -> dict:
+    """Generate cells: the new tokens the last timed step's output holds, and tokens/s from that count."""
+    if workload.generated_tokens is None:
+        return {"generated_tokens_per_step": None, "tokens_per_s": None}
+    tokens = workload.generated_tokens(steps.last_output)
+    return {"generated_tokens_per_step": tokens, "tokens_per_s": tokens * per_second}
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux reports KiB
+
+
+def job_run(job: dict, context: dict, body) -> cell.CellResult:
+    """A job that is not a cell (the equivalence check, JAX against NumPy): its environment checked against its lock,
+    then body(provenance), which fills in what it found; the record is ok, or failed with the exception that stopped
+    body (the job reports its failure instead of taking the run down)."""
+    os.environ.update(job["env"])
+    provenance = {**context, "started_utc": cell.utc_now(), "environment_variables": measurement_environment()}
+    try:
+        provenance["lock_check"] = check_lock()
+        body(provenance)
+    except Exception as exc:
+        result = cell.new_result(job, provenance, "failed",
+                                 cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
+    else:
+        result = cell.new_result(job, provenance, "ok")
+    result.provenance["finished_utc"] = cell.utc_now()
+    return result
+
+
+def job_main(job, doc: str, argv=None) -> int:
+    """A job process's entry (python -m <module> --out R < payload, as kbench.run.launch starts it): job(spec, context)
+    -> its CellResult, written to R."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", required=True, help="result JSON path")
+    args = parser.parse_args(argv)
+    payload = json.load(sys.stdin)
+    job(payload["spec"], payload["context"]).write(args.out)
+    return 0
+
+
+def main(argv=None) -> int:
+    return job_main(run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

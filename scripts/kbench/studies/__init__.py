@@ -1,0 +1,4 @@
+"""studies: questions beside the benchmark's matrix, each with its own job and tables: JAX against NumPy (jax_numpy,
+jax_numpy_tables), the ten-minute GPU check (gpucheck), parameter counts at sizes a CPU cannot run (census).
+
+May import: every wing below it (ground up to lifecycle)."""

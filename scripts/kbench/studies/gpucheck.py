@@ -1,0 +1,255 @@
+"""The first thing to run on a new GPU host or cluster node: the pipeline's GPU path in minutes, with what the host
+already has (Python 3.11 or 3.12 with NumPy and PyYAML; no Snakemake, no network, no containers).
+
+    PYTHONPATH=scripts python3 -m kbench.studies.gpucheck --deadline 480 [--python /opt/conda/bin/python] [--out DIR]
+
+It finds which frameworks the interpreter has (and says which it lacks: a missing one is skipped, never a failure),
+probes what a float32 matmul gets in torch and JAX with TF32 off, on and at the library's default, times a bf16
+matmul of known size against the device's datasheet peak (a sanity MFU), then runs the most telling cells through
+the `preinstalled` runtime (each its own process, the launcher's GPU lease, preflight and device checks, the same
+runner and records as the workflow) in priority order until the deadline, at the smoke suite's sizes. It prints one
+table (status, device, probe, ms/step, MFU, memory, J/step, compiles in the window, graph breaks) and writes every
+cell JSON under --out. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
+plumbing without any framework.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import errno
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from kbench import cell, files
+from kbench.host import REPO
+from kbench.gpu import peaks, preflight
+from kbench.plan import matrix
+from kbench.results import flops
+from kbench.run import launch
+from kbench.stacks import envs
+
+PACKAGES = ("torch", "torchvision", "transformers", "peft", "diffusers", "segment_anything", "keras", "keras_hub",
+            "keras_cv", "keras_nlp", "jax", "tensorflow", "tf_keras", "numpy", "yaml", "pynvml")
+# The cells that say most about a GPU host, first first: (model, task, batch, precision, framework) at smoke size.
+PLAN = [
+    ("bert", "fit", 32, "float32", "native-torch-compiled"),
+    ("gemma", "generate", 1, "bfloat16", "native-torch-compiled"),
+    ("gemma", "fit", 8, "bfloat16", "native-torch-compiled"),
+    ("bert", "fit", 32, "float32", "keras3-jax"),
+    ("bert", "fit", 32, "float32", "keras3-torch"),
+    ("resnet50", "fit", 128, "mixed_float16", "native-torch-eager"),
+    ("resnet50", "fit", 128, "mixed_float16", "keras3-jax"),
+    ("bert", "predict", 256, "mixed_bfloat16", "native-torch-compiled"),
+    ("bert", "fit", 32, "float32", "native-torch-eager"),
+]
+# What each column needs importable in the interpreter.
+NEEDS = {"native_torch": ("torch", "transformers", "peft"), "keras3": ("keras", "keras_hub"),
+         "keras2": ("tensorflow", "tf_keras", "keras_nlp"), "synthetic": ("numpy",)}
+BACKEND_NEEDS = {"jax": ("jax",), "torch": ("torch",), "tensorflow": ("tensorflow",)}
+SANITY_SIZE = 8192
+PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/bin/python"
+
+
+def installed(python: str) -> dict[str, str | None]:
+    """package -> version (or None: missing) in the interpreter, each imported in one child process; a BadFile for
+    an interpreter that does not run, or is no Python."""
+    code = ("import importlib, json, sys\nfound = {}\nfor name in sys.argv[1:]:\n    try:\n"
+            "        module = importlib.import_module(name)\n        found[name] = str(getattr(module, '__version__', 'yes'))\n"
+            "    except Exception:\n        found[name] = None\nprint('PACKAGES ' + json.dumps(found))")
+    try:
+        out = subprocess.run([python, "-c", code, *PACKAGES], capture_output=True, text=True, timeout=600)
+    except OSError as error:            # missing, a folder, not executable, not a program
+        wrong = ("a folder" if Path(python).is_dir() else "not found" if error.errno == errno.ENOENT else
+                 "not executable" if error.errno == errno.EACCES else f"cannot be run: {error.strerror.lower()}")
+        raise files.BadFile(python, wrong, PYTHON) from None
+    listed = [line for line in out.stdout.splitlines() if line.startswith("PACKAGES ")]
+    if not listed:
+        said = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise files.BadFile(python, f"ran, but not as a Python interpreter: exit {out.returncode}, {said[0][:120]!r}",
+                            PYTHON)
+    return json.loads(listed[-1].removeprefix("PACKAGES "))
+
+
+# ---------------------------------------------------------------- the probes (run in the interpreter checked)
+
+PROBE = """
+import json, sys, time
+sys.path.insert(0, {scripts!r})
+from kbench import numerics
+from kbench.adapters import _hooks
+framework, mode = sys.argv[1], sys.argv[2]
+hooks = _hooks.torch_hooks() if framework == "torch" else _hooks.jax_hooks()
+switches = hooks["set_tf32"](mode, "float32")
+result = {{"switches": switches, **numerics.probe(hooks["matmul"])}}
+if mode == "library-default" and framework == "torch" and hooks["device"]()["kind"] == "gpu":
+    import torch                      # a bf16 matmul of known size: the sanity MFU
+    n = {size}
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    torch.cuda.synchronize()
+    result["bf16_tflops"] = 10 * 2 * n ** 3 / (time.perf_counter() - start) / 1e12
+    result["device"] = torch.cuda.get_device_name(0)
+print("PROBE " + json.dumps(result))
+"""
+
+
+def probe(python: str, framework: str, mode: str) -> dict:
+    """One fresh process per framework and TF32 mode (the switches are process-wide, library-default must be
+    read before anything was set)."""
+    code = PROBE.format(scripts=str(REPO / "scripts"), size=SANITY_SIZE)
+    env = {**launch.process_env("preinstalled"), **({"NVIDIA_TF32_OVERRIDE": "0"} if mode == "off" else {})}
+    proc = subprocess.run([python, "-c", code, framework, mode], capture_output=True, text=True, env=env,
+                          timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
+    if not lines:
+        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]}
+    return json.loads(lines[-1].removeprefix("PROBE "))
+
+
+# ---------------------------------------------------------------- the cells
+
+def synthetic_config(config: dict) -> tuple[dict, list[tuple]]:
+    """The harness alone: the synthetic model in four columns that pretend to a GPU, 3 s to build each."""
+    config = copy.deepcopy(config)
+    env = {"KBENCH_SYNTHETIC_GPU": "1", "KBENCH_SYNTHETIC_BUILD_S": "3"}
+    names = [f"synthetic-{i}" for i in range(1, 5)]
+    config["framework_defs"].update({n: {"stack": "synthetic", "adapter": "synthetic", "env": env,
+                                         "jit_compile": False} for n in names})
+    config["model_defs"]["synthetic"] = {"precisions": ["float32"], "tasks": {"fit": {"batch_sizes": [4],
+                                                                                     "learning_rate": 1e-3}},
+                                         "sizes": {"smoke": {"arch": {"matrix_size": 256}, "inputs": {}}}}
+    return config, [("synthetic", "fit", 4, "float32", n) for n in names]
+
+
+def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Path, deadline: float,
+             timed: int | None) -> list[dict]:
+    rows = []
+    records_dir = out / "environments"
+    for model, task, batch, precision_name, framework in plan:
+        definition = config["framework_defs"][framework]
+        needs = NEEDS.get(definition["adapter"], ()) + BACKEND_NEEDS.get(definition["env"].get("KERAS_BACKEND"), ())
+        missing = [p for p in needs if not found.get(p)]
+        row = {"cell": f"{model} {task} bs{batch} {precision_name} {framework}"}
+        remaining = deadline - time.monotonic()
+        if missing:
+            rows.append({**row, "status": f"skipped: {', '.join(missing)} missing"})
+            continue
+        if remaining < 20:
+            rows.append({**row, "status": "not run: deadline"})
+            continue
+        spec = matrix.spec(config, "smoke", model, task, batch, precision_name, framework, "strict")
+        if timed:
+            spec["steps"] = {**spec["steps"], "timed": timed, "blocks": min(spec["steps"]["blocks"], timed)}
+        stack = definition["stack"]
+        record = records_dir / f"{stack}.{config['accelerator']}.json"
+        if not record.exists():
+            envs.record_preinstalled(stack, config["accelerator"], REPO / "envs" / f"{stack}.{config['accelerator']}.lock",
+                                     python, record)
+        target = out / "cells" / f"{spec['cell_id']}.r1.json"
+        result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec['cell_id']}.r1.log",
+                                 timeout_s=remaining - 5)
+        rows.append({**row, **summary(result)})
+    return rows
+
+
+def summary(result: cell.CellResult) -> dict:
+    """The table's figures of one cell, without pandas (the interpreter checked may have none)."""
+    row = result.row()
+    if result.status != "ok":
+        return {"status": result.text(), "device": row["gpu_name"] or row["device"]}
+    spec = result.spec
+    seconds = result.timing["mean_ms"] / 1e3
+    classes = peaks.arithmetic(row["compute_dtype"], row["probe_class"], row["precision_switches"],
+                               {"NVIDIA_TF32_OVERRIDE": row["tf32_override"]})
+    device = row["gpu_name"] or row["device"]
+    least = peaks.peak_seconds(device, flops.by_kind(spec), classes) if flops.known(spec["model"], spec["task"]) \
+        else None
+    return {"status": "ok", "device": device, "probe": row["probe_class"], "ms/step": round(result.timing["mean_ms"], 2),
+            "MFU %": round(100 * least / seconds, 1) if least else None,
+            "peak MiB": row["peak_device_mib"], "J/step": _round(row["energy_j_per_step"], 3),
+            "compiles in window": row["compiles_in_window"], "graph breaks": row["graph_breaks"],
+            "slowdowns": row["slowdowns"] or None}
+
+
+def _round(value, digits):
+    return None if value is None else round(value, digits)
+
+
+def text_table(rows: list[dict]) -> str:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = lambda values: "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths)) + " |"   # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, cells)])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deadline", type=float, default=480, help="seconds for the whole check (default 480)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter whose frameworks are checked")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "gpucheck", help="cell JSONs, logs, table")
+    parser.add_argument("--plan", choices=["cells", "synthetic"], default="cells")
+    parser.add_argument("--timed", type=int, help="timed steps per cell (default: the smoke suite's)")
+    args = parser.parse_args(argv)
+    try:
+        return check(args)
+    except files.BadFile as error:
+        return files.refuse("gpucheck", error)
+
+
+def check(args: argparse.Namespace) -> int:
+    deadline = time.monotonic() + args.deadline
+    out = args.out / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:            # (a file where the folder should be)
+        raise files.BadFile(args.out, f"cannot hold the check's files: {error.strerror.lower()}",
+                            "--out takes a folder, made if missing") from None
+    config = {**yaml.safe_load((REPO / "config.yaml").read_text()), "accelerator": "gpu"}
+    gpus = preflight.gpus(preflight.Host()) if preflight.Host().which("nvidia-smi") else []
+    listed = ", ".join(f"{g['index']}: {g['name']} (driver {g['driver_version']})" for g in gpus)
+    print(f"GPUs (nvidia-smi): {listed or 'none found'}")
+    found = installed(args.python)
+    print(f"interpreter {args.python}: found {', '.join(f'{k} {v}' for k, v in found.items() if v) or 'nothing'}; "
+          f"missing {', '.join(k for k, v in found.items() if not v) or 'nothing'}")
+    probes = []
+    for framework in ("torch", "jax"):
+        if not found.get(framework) or args.plan == "synthetic":
+            continue
+        for mode in ("off", "on", "library-default"):
+            if time.monotonic() > deadline - 60:
+                break
+            result = probe(args.python, framework, mode)
+            peak = peaks.peak_tflops(result.get("device"), "bf16")
+            probes.append({"framework": framework, "TF32 mode": mode, "float32 matmul is": result.get(
+                "observed_class"), "relative error": _round(result.get("matmul_relative_error"), 8),
+                "bf16 TFLOP/s": _round(result.get("bf16_tflops"), 1),
+                "of bf16 peak %": _round(100 * result["bf16_tflops"] / peak, 1) if peak and result.get(
+                    "bf16_tflops") else None, "error": result.get("error")})
+    if probes:
+        print("\nfloat32 matmul probe and bf16 sanity matmul\n" + text_table(probes))
+    if args.plan == "synthetic":
+        config, plan = synthetic_config(config)
+    else:
+        plan = PLAN
+    rows = run_plan(config, plan, args.python, found, out, deadline, args.timed)
+    table = text_table(rows)
+    print(f"\ncells (smoke sizes, strict profile, runtime preinstalled; JSONs under {out / 'cells'})\n{table}")
+    (out / "gpucheck.md").write_text(f"{table}\n")
+    (out / "gpucheck.json").write_text(json.dumps({"gpus": gpus, "packages": found, "probes": probes, "cells": rows},
+                                                  indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

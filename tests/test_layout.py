@@ -1,0 +1,62 @@
+"""The package's wings (kbench.layout): every module in a wing, every import running down to a wing below, no circle,
+and a docstring per wing that says what it does and what it may import. The planted cases are real edits to a copy
+of the package."""
+import shutil
+
+import pytest
+
+from conftest import REPO
+from kbench import layout
+
+
+def test_the_package_has_no_import_from_a_higher_wing_and_no_circle():
+    assert layout.problems() == []
+
+
+def test_every_wing_says_what_it_does_and_what_it_may_import():
+    for wing in layout.WINGS[1:]:
+        text = (layout.ROOT / wing / "__init__.py").read_text()
+        assert text.startswith(f'"""{wing}: ') and "May import:" in text, wing
+    ground = (layout.ROOT / "__init__.py").read_text()
+    assert all(f"    {wing}" in ground for wing in layout.WINGS), "kbench/__init__.py lists every wing"
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """A copy of scripts/kbench that kbench.layout reads instead of the real one."""
+    shutil.copytree(REPO / "scripts" / "kbench", tmp_path / "kbench", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(layout, "ROOT", tmp_path / "kbench")
+    monkeypatch.setattr(layout, "SCRIPTS", tmp_path)
+    return tmp_path / "kbench"
+
+
+def plant(path, line):
+    path.write_text(path.read_text() + f"\n\ndef planted():\n    {line}\n")
+
+
+def test_an_import_from_a_higher_wing_is_named(package_copy):
+    """A results module reaching up into lifecycle (a function-level import counts: it runs all the same)."""
+    plant(package_copy / "results" / "tables.py", "from kbench.lifecycle import history")
+    found = layout.problems()
+    assert found[:2] == ["kbench.results.tables (results) imports kbench.lifecycle (lifecycle), a wing above it",
+                         "kbench.results.tables (results) imports kbench.lifecycle.history (lifecycle), a wing above it"]
+    assert found[2:] == ["circle: kbench.lifecycle.archive -> kbench.lifecycle.compare -> kbench.lifecycle.history -> "
+                         "kbench.results.tables"]          # history imports tables: the back-edge closes a circle
+
+
+def test_a_circle_inside_a_wing_is_named(package_copy):
+    plant(package_copy / "results" / "stats.py", "from kbench.results import tables")
+    assert layout.problems() == ["circle: kbench.results.stats -> kbench.results.tables"]
+
+
+def test_a_module_outside_every_wing_is_named(package_copy):
+    (package_copy / "extras").mkdir()
+    (package_copy / "extras" / "__init__.py").write_text('"""extras"""\n')
+    assert layout.problems() == ["kbench.extras: in no wing of kbench.layout.WINGS"]
+
+
+def test_the_layout_command_prints_the_wings_and_their_imports(capsys):
+    assert layout.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("ground       imports nothing of kbench")
+    assert "results      imports ground, models, gpu, plan" in out and out.rstrip().endswith("no problems")
