@@ -35,7 +35,7 @@ def host(args) -> int:
     stack = matrix.stack_of(config, args.framework)
     python = REPO / ".envs" / f"{stack}.cpu" / "bin" / "python"
     if not python.exists():
-        sys.exit(f"{python} is missing: run the tiny suite once (README) so the {stack} environment exists")
+        sys.exit(f"{python} is missing: run the tiny suite once (README.md) so the {stack} environment exists")
     payload = json.dumps({"spec": spec, "repeats": args.repeats})
     return subprocess.run([str(python), __file__, "--in-env"], input=payload, text=True,
                           env=launch.process_env("host")).returncode

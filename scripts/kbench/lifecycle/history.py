@@ -14,7 +14,7 @@ measurement (compare's "same record (not rerun)"), never a second point of a tre
 Comparable runs share suite, profile and device (NVML's GPU name, or "cpu on <host>"): a trend and a change are only
 ever read within one such series, so a run on another device or profile never mixes with this one's.
 
-Tables (see README "History"):
+Tables (see docs/report.md, "History"):
   runs      run_id, suite, source, ingested_utc, finished_utc (its newest cell), cells
   cells     run_id, cell_id, repeat, suite, profile, device, model, task, batch_size, precision, framework, status,
             mean_ms, runtime, image_id, lock_sha256, git_commit, finished_utc, record_sha256, record (the cell JSON)

@@ -17,7 +17,7 @@ scheduler step, and bias additions.
 What a step is: the native-torch adapter's (scripts/kbench/adapters/native_torch.py), checked against
 FlopCounterMode on every tiny model/task (tests/test_flops.py, exact). The Keras columns run the same architectures
 and mostly the same products (keras-cv's SD predict calls the UNet twice on the batch: the same FLOPs), with two
-known differences a FLOP rate for them must allow for: keras-hub's LoRA factors are per head (README, "Choices and
+known differences a FLOP rate for them must allow for: keras-hub's LoRA factors are per head (docs/choices.md, "Choices and
 limits"), and keras-hub's generate prefills the whole prompt_length + new_tokens buffer and decodes against that
 fixed-length cache.
 
