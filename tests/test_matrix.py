@@ -7,10 +7,14 @@ from kbench.plan import matrix
 MIXED = ("float32", "tf32", "mixed_float16", "mixed_bfloat16")
 
 
+ANCHOR_MODELS = ("bert", "gemma", "mistral", "sam", "stable_diffusion", "resnet50")
+
+
 def test_paper_suite_has_every_anchor_row_and_the_precision_study_for_every_framework(config):
+    """The published benchmark's rows and the precision study's, exactly (a model added beyond them adds its own)."""
     cells = matrix.cells(config)
     rows = {(c.model, c.task, c.batch_size, c.precision) for c in cells}
-    assert rows == {*(("bert", "fit", 32, p) for p in MIXED), *(("bert", "predict", 256, p) for p in MIXED),
+    assert {row for row in rows if row[0] in ANCHOR_MODELS} == {*(("bert", "fit", 32, p) for p in MIXED), *(("bert", "predict", 256, p) for p in MIXED),
                     ("gemma", "fit", 8, "bfloat16"), ("gemma", "generate", 32, "bfloat16"),
                     ("gemma", "generate", 1, "bfloat16"),
                     ("mistral", "fit", 8, "bfloat16"), ("mistral", "generate", 32, "bfloat16"),
