@@ -23,26 +23,30 @@ pytestmark = pytest.mark.e2e
 
 
 def service(name: str, probe: list[str], require: str):
-    """Skip where the service is absent, unless the environment says it must be there (CI)."""
+    """Skip where the service is absent, unless the environment says it must be there (CI). Probed when a test that
+    needs it is set up, not at import: `docker info` without a daemon takes seconds, and every tier imports this."""
     up = shutil.which(probe[0]) and subprocess.run(probe, capture_output=True).returncode == 0
     if not up and os.environ.get(require):
         pytest.fail(f"{name} is required ({require}=1) but `{' '.join(probe)}` fails")
-    return pytest.mark.skipif(not up, reason=f"{name} is not running here (CI starts it)")
+    if not up:
+        pytest.skip(f"{name} is not running here (CI starts it)")
 
 
-def docker_up():
-    return service("dockerd", ["docker", "info"], "KBENCH_REQUIRE_DOCKER")
+@pytest.fixture(scope="session")
+def dockerd():
+    service("dockerd", ["docker", "info"], "KBENCH_REQUIRE_DOCKER")
 
 
-def slurm_up():
-    return service("SLURM", ["sinfo", "-h"], "KBENCH_REQUIRE_SLURM")
+@pytest.fixture(scope="session")
+def slurm():
+    service("SLURM", ["sinfo", "-h"], "KBENCH_REQUIRE_SLURM")
 
 
 def cells(results: Path) -> list[cell.CellResult]:
     return [cell.read(p) for p in sorted((results / "cells").rglob("*.json")) if "attempts" not in p.parts]
 
 
-@docker_up()
+@pytest.mark.usefixtures("dockerd")
 def test_docker_runs_cells_in_the_image_podman_built(tmp_path, built):
     """runtime docker: the image goes podman -> docker-archive -> docker load, keeps its ID, and cells run in it
     by that ID without a network. The synthetic stack (its image a tenth of a framework's: the transfer is what this
@@ -99,7 +103,7 @@ SLURM = ["--profile", str(REPO / "profiles" / "slurm"), "--set-threads", "cell=1
          "cell:gpu=1", "cell:mem_mb=6000", "--slurm-init-seconds-before-status-checks", "5"]
 
 
-@slurm_up()
+@pytest.mark.usefixtures("slurm")
 def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(tmp_path, built):
     """The synthetic stack's cells in two columns (fit and predict), each one SLURM job with one GPU, in the image
     the submit host built (local rules); and the JAX-against-NumPy job (keras3-jax selected, its cells n/a here), the
@@ -144,7 +148,7 @@ def test_the_shipped_slurm_profile_runs_each_cell_as_a_job_with_one_gpu(tmp_path
     assert (tmp_path / "results" / "tables" / "tiny" / "strict" / "ms_per_step.csv").exists()
 
 
-@slurm_up()
+@pytest.mark.usefixtures("slurm")
 def test_scancel_of_a_running_cell_job_removes_its_container_and_the_cell_is_redone(tmp_path, built):
     """A cell that builds for 40 s is cancelled while it runs: SLURM signals the job's processes, the launcher
     removes the container (whose processes SLURM does not track), the run reports the job failed, and a rerun redoes

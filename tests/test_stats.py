@@ -74,7 +74,7 @@ def test_the_point_estimate_is_the_centre_of_its_interval():
     assert estimate.ms - estimate.half_width == pytest.approx(estimate.low)
 
 
-def rates(test, trials=4000, repeats=3, spread=0.04, difference=0.10):
+def rates(test, trials=1500, repeats=3, spread=0.04, difference=0.10):
     """How often `test` calls two cells different: with equal true ms/step (false alarms) and with a true
     `difference` (power), repeat means spread by `spread` run to run."""
     rng = random.Random(11)
