@@ -107,11 +107,12 @@ def harness_sources(wildcards):
 
 @functools.cache
 def gpus_on_this_host():
-    """How many GPUs nvidia-smi lists here (1 where it lists none, or on a CPU run)."""
+    """How many GPUs the cells may use here: those nvidia-smi lists, narrowed by an exported CUDA_VISIBLE_DEVICES
+    (1 where there are none, or on a CPU run)."""
     if not preflight.is_gpu(config["accelerator"]) or not shutil.which("nvidia-smi"):
         return 1
     try:
-        return max(1, len(preflight.gpus(preflight.Host())))
+        return max(1, len(preflight.visible(preflight.gpus(preflight.Host()))))
     except Exception:       # the preflight names a broken driver; the plan stays one cell at a time
         return 1
 

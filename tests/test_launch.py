@@ -690,3 +690,145 @@ def test_a_host_gpu_cell_sees_only_the_gpu_it_leased(gpu_host, tmp_path, monkeyp
     assert (tmp_path / "seen").read_text() == "GPU-fake-1"
     assert result.provenance["launcher"]["gpus_allocated"] == ["GPU-fake-1"]
     assert result.status == "failed" and result.error["type"] == "NoResult", result.error     # the stand-in writes no record
+
+
+def test_a_host_or_preinstalled_cell_gets_the_variables_that_find_the_gpu(monkeypatch):
+    """Where the driver's libraries or the Python come from the environment (a Kubernetes node mounts the driver under
+    /usr/local/nvidia, an HPC `module load` sets LD_LIBRARY_PATH, CUDA_HOME and PYTHONPATH), the cell process gets
+    them; a stray XLA_FLAGS still does not, and a venv cell takes no outside PYTHONPATH (the lock is its packages)."""
+    found = {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "CUDA_HOME": "/opt/cuda-12.4",
+             "TRITON_LIBCUDA_PATH": "/usr/local/nvidia/lib64", "PYTHONPATH": "/opt/modules/torch/site-packages",
+             "XLA_FLAGS": "--xla_gpu_autotune_level=0"}
+    for name, value in found.items():
+        monkeypatch.setenv(name, value)
+    scripts = str(launch.REPO / "scripts")
+    preinstalled = launch.process_env("preinstalled", {"lock": "envs/keras3-jax.gpu.lock"}, gpus=["GPU-1"])
+    assert {k: preinstalled[k] for k in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_LIBCUDA_PATH")} == {
+        k: found[k] for k in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_LIBCUDA_PATH")}
+    assert preinstalled["PYTHONPATH"] == f"{scripts}:/opt/modules/torch/site-packages"
+    assert "XLA_FLAGS" not in preinstalled and preinstalled["CUDA_VISIBLE_DEVICES"] == "GPU-1"
+    venv = launch.process_env("host", {"lock": "envs/keras3-jax.gpu.lock"})
+    assert venv["PYTHONPATH"] == scripts and venv["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+
+
+def test_a_device_the_adapter_refuses_is_unsupported_before_anything_runs_on_it(driver_environment, monkeypatch):
+    """Paddle 2.6.2's GPU wheel has no kernels for compute capability 9.0 (and dlopens an unversioned libcublas.so):
+    the runner's float32 matmul probe would fail first and the cell read `failed`. The adapter's refuse() runs
+    before the probe, so the cell is `unsupported` with the adapter's reason."""
+    from kbench import adapters
+    from kbench.adapters import synthetic
+    from kbench.run import runner
+
+    class Refusing:
+        MODELS, __name__ = synthetic.MODELS, "kbench.adapters.refusing"
+
+        @staticmethod
+        def backend():
+            def matmul(a, b):
+                raise OSError("libcublas.so: cannot open shared object file")
+            return synthetic.backend().__class__(**{**vars(synthetic.backend()), "matmul": matmul})
+
+        @staticmethod
+        def refuse(spec):
+            raise adapters.NotSupported("paddlepaddle-gpu==2.6.2 has no kernels for compute capability 9.0")
+
+        prepare = staticmethod(synthetic.prepare)
+    monkeypatch.setattr(adapters, "load", lambda name: Refusing)
+    monkeypatch.setenv("KBENCH_LOCK", json.loads(driver_environment.read_text())["lock"])
+    result = runner.run(synthetic_spec(), {"runtime": "test"})
+    assert result.status == "unsupported", result.error
+    assert result.error["message"] == "paddlepaddle-gpu==2.6.2 has no kernels for compute capability 9.0"
+
+
+def test_a_paddle_gpu_venv_gets_unversioned_cuda_library_names_first_on_its_library_path(tmp_path, monkeypatch):
+    """paddlepaddle-gpu 2.6.2 dlopens libcublas.so, which its nvidia-*-cu11 wheels ship as libcublas.so.11 only: the
+    venv gets a folder of unversioned links, and its cells get that folder first on LD_LIBRARY_PATH."""
+    from kbench.stacks import envs
+    for package, library in (("cublas", "libcublas.so.11"), ("cudnn", "libcudnn.so.8"), ("cudnn", "libcudnn_ops.so.8")):
+        folder = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "nvidia" / package / "lib"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / library).write_text("")
+    links = envs.cuda_links(tmp_path / "venv", tmp_path / "venv" / "cuda-links")
+    assert sorted(p.name for p in links.iterdir()) == ["libcublas.so", "libcudnn.so", "libcudnn_ops.so"]
+    assert (links / "libcublas.so").resolve().name == "libcublas.so.11"
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
+    env = launch.process_env("host", {"lock": "envs/paddle.gpu.lock", "library_path": str(links)})
+    assert env["LD_LIBRARY_PATH"] == f"{links}:/usr/local/nvidia/lib64"
+
+
+def test_an_exported_cuda_visible_devices_narrows_the_lease_and_is_no_allocation(gpu_host, monkeypatch):
+    """Outside SLURM a shell's CUDA_VISIBLE_DEVICES=1 is not a scheduler's allocation: cells still lease, from GPU 1
+    only, so a second cell waits instead of running on the same GPU (Snakemake plans as many cells side by side as
+    there are GPUs the cells may use, kbench.gpu.preflight.visible)."""
+    import contextlib
+    import threading
+    from kbench.gpu import preflight
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert launch.allocated_gpus() is None
+    assert [d["uuid"] for d in preflight.visible(preflight.gpus(gpu_host))] == ["GPU-fake-1"]
+    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    with launch.gpu_lease(spec, "host", gpu_host, poll_s=0.01) as first:
+        assert first == ["GPU-fake-1"]
+        got = []
+        waiting = threading.Thread(target=lambda: got.append(contextlib.ExitStack().enter_context(
+            launch.gpu_lease(spec, "host", gpu_host, poll_s=0.01))), daemon=True)
+        waiting.start()
+        waiting.join(0.3)
+        assert got == []                        # the one GPU it may use is taken
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-7")
+    with pytest.raises(launch.LaunchError, match="CUDA_VISIBLE_DEVICES=GPU-fake-7 names none of the GPUs"):
+        with launch.gpu_lease(spec, "host", gpu_host):
+            pass
+
+
+def test_cells_side_by_side_outside_a_scheduler_each_get_their_gpus_share_of_the_cpus(gpu_host, monkeypatch):
+    """Two GPUs, four CPUs: the cell on the first GPU gets CPUs 0-1, the other 2-3 (a container as --cpuset-cpus, a
+    host process as its affinity), so cells side by side never share a core."""
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    with launch.gpu_lease(spec, "podman", gpu_host) as first, launch.gpu_lease(spec, "podman", gpu_host) as second:
+        assert (first, first.cpus, second, second.cpus) == (["0"], [0, 1], ["1"], [2, 3])
+    argv = launch.command("podman", IMAGE, OUT, gpu=True, gpus=second, cpuset=second.cpus)
+    assert "--cpuset-cpus=2,3" in argv and argv[argv.index("--device") + 1] == "nvidia.com/gpu=1"
+
+
+@pytest.mark.parametrize("listed, runtime, handed", [
+    (["0", "1", "2", "3"], "host", ["GPU-fake-3"]),          # nvidia-smi names the node's GPU 3: by UUID
+    (["0", "1", "2", "3"], "podman", ["3"]),                 # CDI names it by the node's index
+    (["0"], "host", ["0"]),           # ConstrainDevices: the job sees its GPU as 0; SLURM's CUDA_VISIBLE_DEVICES says so
+    (["0"], "podman", ["3"]),         # the container starts outside the job's cgroup: the node's number
+])
+def test_a_slurm_job_hands_each_runtime_the_gpu_as_it_sees_it(tmp_path, monkeypatch, listed, runtime, handed):
+    """SLURM gave the node's GPU 3 (SLURM_JOB_GPUS=3) and set CUDA_VISIBLE_DEVICES=0 for the job: a process in the job
+    (a constrained cgroup renumbers its GPUs from 0) must not get "3", which names no GPU it can see."""
+    from kbench.gpu import preflight
+    rows = "".join(f"{i}, NVIDIA H100 80GB HBM3, 580.95.05, GPU-fake-{int(i) if len(listed) > 1 else 3}\n"
+                   for i in listed)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_JOB_GPUS", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
+    host = preflight.Host(run=lambda argv: rows)
+    with launch.gpu_lease({**synthetic_spec(), "accelerator": "gpu"}, runtime, host) as lease:
+        assert lease == handed and lease.cpus is None
+
+
+def test_an_apptainer_cell_gets_a_workdir_on_the_nodes_disk_and_it_goes_with_the_cell(tmp_path, monkeypatch):
+    """--containall without --workdir puts /tmp and $HOME in a small tmpfs (Inductor's and Triton's caches of a
+    compiled cell fill it): the cell gets a scratch folder under TMPDIR, removed when the cell ends."""
+    tool = tmp_path / "bin" / "apptainer"
+    tool.parent.mkdir()
+    tool.write_text(f'#!/bin/sh\ncat >/dev/null\nfor a; do case "$prev" in --workdir) '
+                    f'[ -d "$a" ] && echo "$a" > {tmp_path}/workdir;; esac; prev=$a; done\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setattr(launch.tempfile, "tempdir", None)          # read TMPDIR again
+    record = tmp_path / "sif.json"
+    record.write_text(json.dumps({"kind": "sif", "sif": "/images/x.sif", "id": "sha256:aa"}))
+    launch.run_cell(synthetic_spec(), "apptainer", record, tmp_path / "cell.json", tmp_path / "cell.log", 30)
+    workdir = Path((tmp_path / "workdir").read_text().strip())
+    assert workdir.parent == tmp_path / "scratch" and not workdir.exists()
+    assert launch.command("apptainer", IMAGE, OUT)[:7] == ["apptainer", "exec", "--containall", "--cleanenv", "--net",
+                                                          "--network", "none"]

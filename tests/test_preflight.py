@@ -247,3 +247,18 @@ def test_the_paddle_gpu_stack_names_its_cuda_11_8_driver_floor(tmp_path):
 def test_a_driver_that_cannot_say_its_compute_capability_is_noted_for_the_paddle_stack(tmp_path):
     found = preflight.notes("gpu", ["paddle"], capability_host(tmp_path, ["[N/A]"]))
     assert len(found) == 1 and "nvidia-smi reported no compute capability" in found[0]
+
+
+@pytest.mark.parametrize("devices, named", [
+    ('- name: "GPU-1234"\n', "GPU-1234"),                         # nvidia-ctk --device-name-strategy=uuid
+    ('- name: "0:0"\n- name: "0:1"\n', "0:0, 0:1"),               # MIG devices only
+])
+def test_a_cdi_spec_without_the_device_names_the_cells_ask_for_is_named(tmp_path, devices, named):
+    """The cells ask podman for nvidia.com/gpu=<index>: a spec that names GPUs by UUID only, or MIG slices only,
+    holds nvidia.com/gpu but none of those names, and every cell would fail to start."""
+    spec = f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}"
+    found = preflight.problems("podman", "gpu", TORCH_STACKS, fake_host(tmp_path, spec=spec))
+    assert found == [f"podman: the CDI specs name nvidia.com/gpu devices {named}, but the cells ask for "
+                     "nvidia.com/gpu=0 (the GPU's index, as nvidia-smi numbers them): regenerate the spec with index "
+                     "names: sudo nvidia-ctk cdi generate --device-name-strategy=index --output=/etc/cdi/nvidia.yaml"]
+    assert preflight.problems("podman", "gpu", TORCH_STACKS, fake_host(tmp_path)) == []     # index names: fine

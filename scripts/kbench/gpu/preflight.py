@@ -54,6 +54,16 @@ def gpus(host: Host) -> list[dict]:
     return [dict(zip(("index", "name", "driver_version", "uuid"), row)) for row in rows]
 
 
+def visible(devices: list[dict], environ=os.environ) -> list[dict]:
+    """The GPUs this pipeline may use: outside a SLURM job, those an exported CUDA_VISIBLE_DEVICES names (by index or
+    UUID, as CUDA reads it), else all. Within a job SLURM's allocation says (kbench.run.launch)."""
+    wanted = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if environ.get("SLURM_JOB_ID") or not wanted:
+        return devices
+    names = [name.strip() for name in wanted.split(",") if name.strip()]
+    return [d for name in names for d in devices if name in (d["index"], d["uuid"])]
+
+
 def problems(runtime: str, accelerator: str, stacks: list[str], host: Host | None = None,
              tools: set[str] | None = None, repo: Path = REPO) -> list[str]:
     """stacks: those of the cells to run (none: no GPU check); tools: the runtime binaries the jobs need (default:
@@ -184,6 +194,37 @@ def _fields(node) -> set[str]:
     return set()
 
 
+def cdi_device_names(texts: list[str]) -> set[str]:
+    """The nvidia.com/gpu device names the CDI specs define."""
+    import yaml
+    names = set()
+    for text in texts:
+        try:
+            spec = yaml.safe_load(text) or {}
+        except yaml.YAMLError:
+            continue            # named by cdi_problem
+        if isinstance(spec, dict) and spec.get("kind") == "nvidia.com/gpu":
+            names.update(str(device.get("name")) for device in spec.get("devices") or [] if isinstance(device, dict))
+    return names
+
+
+def cdi_names_problem(texts: list[str], host: Host) -> list[str]:
+    """A cell asks podman for nvidia.com/gpu=<its GPU's index> (kbench.run.launch): a spec generated with UUID names
+    only, or holding MIG devices only, names none of them, and every cell would fail to start."""
+    try:
+        wanted = [d["index"] for d in visible(gpus(host))]
+    except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
+        return []               # the driver check names it
+    defined = cdi_device_names(texts)
+    missing = [index for index in wanted if index not in defined]
+    if not missing:
+        return []
+    return [f"podman: the CDI specs name nvidia.com/gpu devices {', '.join(sorted(defined)) or 'none'}, but the cells "
+            f"ask for nvidia.com/gpu={missing[0]}{' and others' if len(missing) > 1 else ''} (the GPU's index, as "
+            f"nvidia-smi numbers them): regenerate the spec with index names: sudo nvidia-ctk cdi generate "
+            f"--device-name-strategy=index --output=/etc/cdi/nvidia.yaml"]
+
+
 def cdi_problem(name: str, text: str, podman: tuple[str, str] | None) -> str | None:
     """Why this podman cannot read a CDI spec (None if it can): its cdiVersion, or a field newer than it reads."""
     import yaml         # here: a cell process imports this module too, and the synthetic stack has no PyYAML
@@ -216,7 +257,8 @@ def _plumbing(runtime: str, host: Host) -> list[str]:
             return ["podman: no CDI spec names nvidia.com/gpu (looked in " + ", ".join(host.cdi_dirs) + "); "
                     f"generate one with the NVIDIA Container Toolkit: {CDI_FIX}"]
         podman = podman_cdi_version(host)
-        return [problem for p, text in nvidia if (problem := cdi_problem(str(p), text, podman))]
+        return ([problem for p, text in nvidia if (problem := cdi_problem(str(p), text, podman))]
+                + cdi_names_problem([text for _, text in nvidia], host))
     elif runtime == "docker":
         try:
             runtimes = host.run(["docker", "info", "--format", "{{json .Runtimes}}"])

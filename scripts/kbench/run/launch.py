@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -45,7 +46,10 @@ RESULT_NAME = "result.json"
 # The host runtime's cell gets these of the driver's environment and nothing else (the spec adds its own): a stray
 # XLA_FLAGS or OMP_NUM_THREADS in the shell that started Snakemake must not change a measurement unrecorded.
 HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
-            "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+            "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+            # where the driver's libraries and the CUDA toolkit are (a Kubernetes node's /usr/local/nvidia, an HPC
+            # `module load`): without them torch and JAX find no GPU and Triton no libcuda. The cell records them.
+            "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH")
 STOP_GRACE_S = 10
 
 
@@ -65,6 +69,7 @@ class Options:
     cpuset: list[int] | None = None
     remove: bool = True                         # --rm (the launcher removes its cells itself, after reading OOM)
     files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
+    workdir: Path | None = None                 # apptainer: where the container's /tmp and $HOME live
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,10 @@ def _container_run(binary: str):
 
 
 def _apptainer(environment: dict, out: Path, o: Options) -> list[str]:
+    """--containall alone gives /tmp and $HOME a size-limited tmpfs in the session, where Inductor's and Triton's
+    caches for a compiled cell can run out of space: --workdir puts them in a folder of the launcher's on the node."""
     return ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
+            *(["--workdir", str(o.workdir)] if o.workdir else []),
             "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in _mounts(out, o.files)),
             "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"]
 
@@ -166,10 +174,15 @@ def process_env(runtime: str, environment: dict | None = None, gpus: list[str] |
     if entry.image is not None:
         return host.client_env(runtime)
     env = {k: v for k, v in os.environ.items() if k in HOST_ENV}
-    env["PYTHONPATH"] = str(REPO / "scripts")
+    # the repo's scripts first; a preinstalled interpreter keeps the PYTHONPATH its packages come from (a module's)
+    inherited = os.environ.get("PYTHONPATH") if runtime == "preinstalled" else None
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "scripts"), *([inherited] if inherited else [])])
     if environment and environment.get("lock"):
         env["KBENCH_LOCK"] = str((REPO / environment["lock"]).resolve())   # images set their own
     env["KBENCH_LOCK_MODE"] = entry.lock_mode
+    if environment and environment.get("library_path"):      # a venv's own libraries first (kbench.stacks.envs)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([environment["library_path"],
+                                                  *([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else [])])
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     env["PYTHONUNBUFFERED"] = "1"
@@ -177,13 +190,41 @@ def process_env(runtime: str, environment: dict | None = None, gpus: list[str] |
 
 
 def allocated_gpus() -> list[str] | None:
-    """The GPUs a scheduler gave this job (SLURM_STEP_GPUS / SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES), or None:
-    no allocation, every GPU of the host."""
-    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+    """The GPUs SLURM gave this job, as the node numbers them (SLURM_STEP_GPUS / SLURM_JOB_GPUS), or None: no
+    scheduler allocation (the GPU lease picks one; an exported CUDA_VISIBLE_DEVICES only narrows its choice)."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         value = os.environ.get(name, "").strip()
         if value:
             return [device.strip() for device in value.split(",") if device.strip()]
     return None
+
+
+def allocation_names(runtime: str, allocated: list[str], host: preflight.Host | None = None) -> list[str]:
+    """SLURM's GPUs as the runtime takes them. A container starts outside the job's cgroup and sees the node's numbers
+    (podman's CDI names, docker by UUID); a process in the job (host, preinstalled, apptainer) sees its GPUs
+    renumbered from 0 where the cluster constrains devices, so it gets their UUIDs (the same on every view), and where
+    nvidia-smi here cannot name them (a renumbered view), the CUDA_VISIBLE_DEVICES SLURM set for the job."""
+    entry = runtime_of(runtime)
+    try:
+        by_index = {d["index"]: d for d in preflight.gpus(host or preflight.Host())}
+    except (OSError, subprocess.SubprocessError):
+        by_index = {}
+    if all(index in by_index for index in allocated):
+        return [entry.gpu_name(by_index[index]) for index in allocated]
+    if entry.container:
+        return allocated
+    slurm_set = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return [d.strip() for d in slurm_set.split(",") if d.strip()] if slurm_set else allocated
+
+
+def cpu_share(position: int, count: int) -> list[int] | None:
+    """The CPUs of one of `count` cells side by side (one per GPU, outside a scheduler): a contiguous share of this
+    process's CPUs, so cells never share a core; None where there are fewer CPUs than cells."""
+    mine = sorted(os.sched_getaffinity(0))
+    size = len(mine) // count
+    return mine[position * size:(position + 1) * size] if size else None
 
 
 def allocated_cpus() -> list[int] | None:
@@ -212,11 +253,13 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
             ensure_image(runtime, environment, image_archive)
             failure = _preflight(spec, runtime)
             if not failure:
-                with gpu_lease(spec, runtime) as gpus:
-                    if gpus is not None:        # a CPU cell keeps the scheduler's allocation as the record of its job
-                        context["launcher"]["gpus_allocated"] = gpus
+                with gpu_lease(spec, runtime) as lease:
+                    gpus = lease.gpus if lease else None
+                    if lease:        # a CPU cell keeps the scheduler's allocation as the record of its job
+                        context["launcher"].update(gpus_allocated=lease.gpus,
+                                                   cpus_allocated=lease.cpus or context["launcher"]["cpus_allocated"])
                     failure = _supervise(spec, runtime, environment, context, out, log, timeout_s, memory_mb, cpus,
-                                         gpus, module, files)
+                                         gpus, module, files, cpuset=lease.cpus if lease else None)
         except (LaunchError, OSError, ValueError, KeyError) as error:
             failure = cell.error_info("LaunchError", f"the cell process could not be started: "
                                                      f"{type(error).__name__}: {error}")
@@ -231,24 +274,42 @@ def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str 
 LEASES = Path("/tmp")          # host-wide: every run (and user) of this pipeline on the host takes its GPUs from here
 
 
+class Lease(list):
+    """The GPUs a cell got, as its runtime names them, and (outside a scheduler) the CPUs that go with them."""
+
+    def __init__(self, gpus: list[str], cpus: list[int] | None = None):
+        super().__init__(gpus)
+        self.cpus = cpus
+
+    @property
+    def gpus(self) -> list[str]:
+        return list(self)
+
+
 @contextlib.contextmanager
 def gpu_lease(spec: dict, runtime: str, host: preflight.Host | None = None, poll_s: float = 0.5):
-    """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM_STEP_GPUS, ...); else one GPU of
-    this host to itself, the first free one (a host-wide lock per GPU, by UUID), waiting while every GPU is taken.
-    So cells side by side (rule cell's threads share the cores among the host's GPUs) never share a GPU, and no cell
-    sees every GPU. Yields the device names the runtime takes (kbench.run.launch.RUNTIMES gpu_name), None for a CPU cell."""
+    """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM); else one GPU of this host to
+    itself, the first free one among those it may use (an exported CUDA_VISIBLE_DEVICES narrows them), under a
+    host-wide lock per GPU (by UUID), waiting while every one is taken, with that GPU's share of the CPUs. So cells
+    side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no cell sees
+    every GPU. Yields a Lease (the names the runtime takes: RUNTIMES gpu_name), None for a CPU cell."""
     if not preflight.is_gpu(spec["accelerator"]):
         yield None
         return
+    host = host or preflight.Host()
     allocated = allocated_gpus()
     if allocated is not None:
-        yield allocated
+        yield Lease(allocation_names(runtime, allocated, host))
         return
-    devices = preflight.gpus(host or preflight.Host())
+    listed = preflight.gpus(host)
+    devices = preflight.visible(listed)
     if not devices:
-        raise LaunchError("a GPU cell, and nvidia-smi lists no GPU on this host")
+        wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise LaunchError(f"CUDA_VISIBLE_DEVICES={wanted} names none of the GPUs nvidia-smi lists "
+                          f"({', '.join(d['index'] + ' ' + d['uuid'] for d in listed)})" if listed and wanted
+                          else "a GPU cell, and nvidia-smi lists no GPU on this host")
     while True:
-        for device in devices:
+        for position, device in enumerate(devices):
             handle = open(LEASES / f"kbench-gpu-{device['uuid']}.lock", "w")
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -256,7 +317,7 @@ def gpu_lease(spec: dict, runtime: str, host: preflight.Host | None = None, poll
                 handle.close()
                 continue
             try:
-                yield [runtime_of(runtime).gpu_name(device)]
+                yield Lease([runtime_of(runtime).gpu_name(device)], cpu_share(position, len(devices)))
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
                 handle.close()
@@ -324,16 +385,20 @@ def _preflight(spec: dict, runtime: str) -> dict | None:
 
 def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: Path, log: Path,
                timeout_s: float | None, memory_mb: int | None, cpus: float | None,
-               gpus: list[str] | None, module: str = "kbench.run.runner", files: dict | None = None) -> dict | None:
+               gpus: list[str] | None, module: str = "kbench.run.runner", files: dict | None = None,
+               cpuset: list[int] | None = None) -> dict | None:
     """Start the cell, wait for it (killing it whole on timeout, on SIGTERM/SIGINT, or when the driver dies), move
     its result out of its staging folder; the failure (decoded) or None."""
     name = f"kbench-{uuid.uuid4().hex[:12]}"
     staging = out.parent.resolve() / f".staging-{name}"     # absolute: the cell runs in the repo folder
     staging.mkdir()
     container = runtime_of(runtime).container
+    cpuset = cpuset or allocated_cpus()
+    # apptainer's scratch on the node's own disk (TMPDIR: a SLURM job's local scratch where the cluster sets one)
+    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-work-")) if runtime == "apptainer" else None
     argv = command(runtime, environment, staging / RESULT_NAME, gpu=preflight.is_gpu(spec["accelerator"]), name=name,
-                   module=module, gpus=gpus, memory_mb=memory_mb, cpus=cpus, cpuset=allocated_cpus(),
-                   remove=not container, files=files)
+                   module=module, gpus=gpus, memory_mb=memory_mb, cpus=cpus, cpuset=cpuset,
+                   remove=not container, files=files, workdir=workdir)
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime})")
     stop = _Stop(runtime, name if container else None)
@@ -345,7 +410,10 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
                                     env=process_env(runtime, environment, gpus),
                                     # a container's conmon writes a file named "oom" into its working folder when
                                     # the kernel OOM-kills the cell: the cell's own staging folder, not the repo
-                                    cwd=staging if container else REPO, start_new_session=True)
+                                    cwd=staging if container else REPO, start_new_session=True,
+                                    # a process on the host keeps to its share of the CPUs (a container: --cpuset-cpus)
+                                    preexec_fn=(lambda: os.sched_setaffinity(0, cpuset)) if cpuset and not container
+                                    else None)
             stop.process = proc
             watchdog = _Watchdog(stop)
             watchdog.start()
@@ -368,6 +436,8 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
     finally:
         stop.kill()                 # whatever is left of the group, and the container
         shutil.rmtree(staging, ignore_errors=True)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 class _Stop:
