@@ -6,6 +6,8 @@ An adapter module provides:
   prepare(spec) -> dict                 process-wide set-up for the cell (seeds, dtype policy), and the keyword
                                         arguments every builder of the adapter takes (e.g. the torch device)
   MODELS: {model: {task: builder}}      builder(spec, rng, **prepared) -> Workload
+  refuse(spec) (optional)               raises NotSupported where this device cannot run the framework at all (a GPU
+                                        its wheel has no kernels for): called before anything runs on the device
 build(adapter, spec) is the one dispatch; the inputs come from kbench.adapters._inputs, so every column draws the same
 numbers from the cell's seed.
 
@@ -97,6 +99,13 @@ def load(adapter_name: str):
 
 def supports(adapter, model: str, task: str) -> bool:
     return task in adapter.MODELS.get(model, {})
+
+
+def refuse(adapter, spec: dict) -> None:
+    """NotSupported, before the first operation on the device, where the adapter knows this device cannot run it:
+    the reason is the cell's, not the error of whatever ran first (the runner's float32 matmul probe)."""
+    if hasattr(adapter, "refuse"):
+        adapter.refuse(spec)
 
 
 def build(adapter, spec: dict) -> Workload:

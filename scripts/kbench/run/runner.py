@@ -153,6 +153,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         backend = adapter.backend()
         provenance["device_facts"] = {**backend.device(), "nvml": nvml.facts()}
         check_device(spec, backend)
+        adapters.refuse(adapter, spec)
         numerics_record = set_and_probe_numerics(spec, backend)
         numerics.check(numerics_record["probe"], spec["settings"]["tf32"], spec["dtypes"]["compute"],
                        backend.device()["kind"])
@@ -222,7 +223,7 @@ def check_device(spec: dict, backend) -> None:
     if preflight.is_gpu(spec["accelerator"]) and device["kind"] != "gpu":
         from kbench.adapters import NoAccelerator
         raise NoAccelerator(f"the cell asks for a GPU ({spec['accelerator']}), but {backend.name} runs on "
-                            f"{device['kind']} ({device['name']}); see the GPU hosts section of the README")
+                            f"{device['kind']} ({device['name']}); see docs/gpu-hosts.md")
 
 
 def set_and_probe_numerics(spec: dict, backend) -> dict:

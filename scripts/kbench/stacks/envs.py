@@ -42,22 +42,39 @@ def build(stack: str, accelerator: str, lock: Path, prefix: Path, record: Path,
     packages resolved with --find-links); the hashes are checked all the same."""
     uv = uv_binary()
     # The system CA store, so installs work behind TLS-inspecting proxies too.
-    env = {**os.environ, "UV_NATIVE_TLS": os.environ.get("UV_NATIVE_TLS", "1")}
+    env = {**os.environ, "UV_NATIVE_TLS": os.environ.get("UV_NATIVE_TLS", "1"),
+           "PYC_INVALIDATION_MODE": "CHECKED_HASH"}    # .pyc files valid whatever the sources' times
     python = prefix / "bin" / "python"
     subprocess.run([uv, "venv", "--quiet", "--allow-existing", "--python", PYTHON, str(prefix)], check=True, env=env)
     links = [a for folder in find_links for a in ("--find-links", str(folder))]
-    subprocess.run([uv, "pip", "sync", "--require-hashes", "--python", str(python), *links, str(lock)], check=True,
-                   env=env)
+    # bytecode compiled once here, not at every cell's start (the image recipe does the same)
+    subprocess.run([uv, "pip", "sync", "--require-hashes", "--compile-bytecode", "--python", str(python), *links,
+                    str(lock)], check=True, env=env)
     version = subprocess.run([str(python), "-c", "import platform; print(platform.python_version())"],
                              capture_output=True, text=True, check=True).stdout.strip()
     environment = {"stack": stack, "accelerator": accelerator, "kind": "venv", "lock": str(lock),
                    "lock_sha256": sha256_file(lock), "prefix": str(prefix.resolve()), "python": version}
+    if "paddlepaddle-gpu" in lockcheck.pinned(lock.read_text()):
+        environment["library_path"] = str(cuda_links(prefix, prefix / "cuda-links").resolve())
     records.write(record, environment)
     return environment
 
 
+def cuda_links(prefix: Path, target: Path) -> Path:
+    """A folder of unversioned names (libcublas.so -> .../nvidia/cublas/lib/libcublas.so.11) for the CUDA libraries of
+    the venv's nvidia-* wheels: paddlepaddle-gpu dlopens them by unversioned names, which the wheels do not ship. The
+    launcher puts it first on a cell's LD_LIBRARY_PATH (containers/Containerfile makes the same folder in an image)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for library in sorted(prefix.glob("lib/python3*/site-packages/nvidia/*/lib/lib*.so.*")):
+        link = target / (library.name.split(".so.")[0] + ".so")
+        if not link.exists():
+            link.symlink_to(library.resolve())
+    return target
+
+
 _LIST_PACKAGES = ("import importlib.metadata as m, json, platform; print(json.dumps({'python': "
-                  "platform.python_version(), 'packages': {d.metadata['Name']: d.version for d in m.distributions()}}))")
+                  "platform.python_version(), 'packages': {d.metadata['Name']: d.version for d in m.distributions() "
+                  "if d.metadata['Name']}}))")     # (a dist-info without a Name is no package)
 
 
 def record_preinstalled(stack: str, accelerator: str, lock: Path, python: str, record: Path) -> dict:
