@@ -73,10 +73,10 @@ def test_a_host_with_four_gpus_runs_four_cells_at_once_each_on_its_own_gpu_and_a
     assert fifth[0] >= min(end for _, end, _ in first_four)          # the fifth waited for a GPU to be free
 
 
-def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_path, monkeypatch):
-    """In process, against the fake NVML: 300 W on an H100 that reported a software power cap in the window."""
+def run_on_fake_nvml(tmp_path, monkeypatch, reasons: int, timed: int = 10):
+    """One synthetic cell in process, on GPU-fake-2 of the fake NVML reporting these clock-event reasons."""
     sys.path.insert(0, str(FAKE_NVML))
-    monkeypatch.setenv("KBENCH_FAKE_NVML_REASONS", str(0x4 | 0x1))            # power cap, and idle (not a slowdown)
+    monkeypatch.setenv("KBENCH_FAKE_NVML_REASONS", str(reasons))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-2")
     from test_launch import synthetic_spec
     from kbench.run import runner
@@ -85,15 +85,24 @@ def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_
     lock.write_text("".join(f"{n}=={v}\n" for n, v in sorted(lockcheck.installed().items())))
     monkeypatch.setenv("KBENCH_LOCK", str(lock))
     try:
-        result = runner.run(synthetic_spec(timed=10, build_s=0), {"runtime": "test"})
+        result = runner.run(synthetic_spec(timed=timed, build_s=0), {"runtime": "test"})
     finally:
         sys.path.remove(str(FAKE_NVML))
         sys.modules.pop("pynvml", None)
     assert result.status == "ok", result.error
-    nvml = result.provenance["device_facts"]["nvml"]
-    assert nvml["uuid"] == "GPU-fake-2" and nvml["name"] == "NVIDIA H100 80GB HBM3" and nvml["index"] == 2
+    return result
+
+
+def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_path, monkeypatch):
+    """In process, against the fake NVML: 300 W on an H100 that reported a thermal slowdown and its software power
+    cap in the window: the slowdown flags the number, the power cap is recorded and flags nothing."""
+    from kbench.gpu import nvml
+    monkeypatch.setattr(nvml, "MIN_ENERGY_WINDOW_S", 0.0)        # the synthetic window is short
+    result = run_on_fake_nvml(tmp_path, monkeypatch, 0x20 | 0x4 | 0x1)   # thermal, power cap, idle (no slowdown)
+    facts = result.provenance["device_facts"]["nvml"]
+    assert facts["uuid"] == "GPU-fake-2" and facts["name"] == "NVIDIA H100 80GB HBM3" and facts["index"] == 2
     energy = result.energy
-    assert energy["slowdowns"] == ["power cap (software)"]
+    assert energy["slowdowns"] == ["thermal (software)"] and energy["power_capped"] is True
     assert energy["energy_j"] == pytest.approx(300 * energy["window_s"], rel=0.05)
     assert energy["mean_power_w"] == pytest.approx(300, rel=0.05)
     assert energy["sm_clock_mhz_mean"] == 1980 and energy["memory_clock_mhz_mean"] == 2619
@@ -102,10 +111,33 @@ def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_
     summary = tables.summary_table(tables.long_table([result]))
     row = summary.iloc[0]
     assert row.energy_j_per_step == pytest.approx(energy["energy_j"] / 10)
-    assert row.cell_flags == "throttled: power cap (software)" and row.text.endswith(tables.FLAGGED)
+    assert row.cell_flags == "throttled: thermal (software)" and row.text.endswith(tables.FLAGGED)
     assert row.nvml_process_mib == 3072.0
-    energy_table = tables.energy_table(summary)
-    assert energy_table.iloc[0]["slowdowns seen"] == "power cap (software)" and energy_table.iloc[0]["mean W"] > 0
+    energy_table = tables.energy_table(summary).iloc[0]
+    assert energy_table["slowdowns seen"] == "thermal (software)" and energy_table["at its power cap"]
+    assert energy_table["mean W"] > 0
+
+
+def test_a_gpu_at_its_power_cap_is_not_a_throttled_cell(tmp_path, monkeypatch):
+    """The software power cap alone (a heavy bf16 step on an H100/H200 at its power limit): recorded, no flag."""
+    from kbench.gpu import nvml
+    monkeypatch.setattr(nvml, "MIN_ENERGY_WINDOW_S", 0.0)
+    result = run_on_fake_nvml(tmp_path, monkeypatch, 0x4)
+    assert result.energy["slowdowns"] == [] and result.energy["power_capped"] is True
+    row = tables.summary_table(tables.long_table([result])).iloc[0]
+    assert row.cell_flags == "" and not row.text.endswith(tables.FLAGGED) and row.power_capped
+
+
+def test_a_window_too_short_for_the_energy_counter_has_no_energy_and_says_why(tmp_path, monkeypatch):
+    """NVML's energy counter moves in ~100 ms steps: a 0.1-1 s window (the smoke suite, the GPU check) would give
+    J/step off by up to 100%; it gives none, with the reason, and the energy table leaves the cell out."""
+    result = run_on_fake_nvml(tmp_path, monkeypatch, 0)
+    energy = result.energy
+    assert energy["window_s"] < 1.0 and energy["energy_j"] is None and energy["mean_power_w"] is None
+    assert energy["energy_note"].startswith(f"no energy: the timed window lasted {energy['window_s']:.2f} s, under")
+    summary = tables.summary_table(tables.long_table([result]))
+    assert summary.iloc[0].energy_j_per_step is None or pd.isna(summary.iloc[0].energy_j_per_step)
+    assert tables.energy_table(summary).empty
 
 
 class ThrottledOnce:

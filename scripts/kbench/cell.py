@@ -145,7 +145,7 @@ class CellResult:
             "sm_clock_mhz_min": energy.get("sm_clock_mhz_min"),
             "memory_clock_mhz_mean": energy.get("memory_clock_mhz_mean"),
             "temperature_c_max": energy.get("temperature_c_max"),
-            "slowdowns": ", ".join(energy.get("slowdowns") or []),
+            "slowdowns": ", ".join(energy.get("slowdowns") or []), "power_capped": energy.get("power_capped"),
             # the framework's compile counters (runner.Window): what compiled inside the window, graph breaks
             "jit_compiled": evidence.get("jit_compile"),
             "compiles_in_window": sum(in_window.get(k, 0) for k in ("graphs", "xla_compiles")) if in_window else None,

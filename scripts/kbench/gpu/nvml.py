@@ -16,11 +16,17 @@ import os
 import threading
 import time
 
-# Clock-event reasons that mean the GPU was slowed below what it was asked for during the window (NVML
-# nvmlClocksEventReason*; idle, application clocks and sync boost are not slowdowns).
-SLOWDOWNS = {0x4: "power cap (software)", 0x8: "hardware slowdown", 0x20: "thermal (software)",
-             0x40: "thermal (hardware)", 0x80: "power brake (hardware)"}
+# Clock-event reasons that mean the GPU was slowed below what it was asked for during the window: thermal and
+# hardware slowdowns flag the cell's number (NVML nvmlClocksEventReason*; idle, application clocks and sync boost
+# are not slowdowns). The software power cap is recorded apart and flags nothing: an H100/H200 running a heavy bf16
+# step at its power limit reports it all the time, and that is the GPU's normal full speed.
+SLOWDOWNS = {0x8: "hardware slowdown", 0x20: "thermal (software)", 0x40: "thermal (hardware)",
+             0x80: "power brake (hardware)"}
+POWER_CAP = 0x4
 SAMPLE_S = 0.05
+# NVML's energy counter advances in steps of about 100 ms (and on A100/H100 the power behind it is sampled only part
+# of the time): a window shorter than this gives J/step off by up to a tenth or more, so it gives none.
+MIN_ENERGY_WINDOW_S = 1.0
 
 
 def _nvml():
@@ -163,15 +169,20 @@ class WindowMonitor:
         self.reasons |= _reasons(self.nvml, self.handle)
         energy_end = _or_none(self.nvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
         joules = (energy_end - self.energy_start) / 1e3 if None not in (energy_end, self.energy_start) else None
+        note = None
+        if joules is not None and seconds < MIN_ENERGY_WINDOW_S:
+            joules, note = None, (f"no energy: the timed window lasted {seconds:.2f} s, under the {MIN_ENERGY_WINDOW_S:g} s "
+                                  "the energy counter's ~100 ms steps resolve")
 
         def column(i, reduce):
             values = [s[i] for s in self.samples if s[i] is not None]
             return reduce(values) if values else None
         mean = lambda values: round(sum(values) / len(values), 1)        # noqa: E731
         self.record = {
-            "window_s": seconds, "energy_j": joules, "mean_power_w": joules / seconds if joules and seconds else None,
+            "window_s": seconds, "energy_j": joules, "energy_note": note,
+            "mean_power_w": joules / seconds if joules and seconds else None,
             "samples": len(self.samples), "sm_clock_mhz_mean": column(0, mean), "sm_clock_mhz_min": column(0, min),
             "memory_clock_mhz_mean": column(1, mean), "temperature_c_max": column(2, max),
-            "clock_event_reasons": self.reasons,
+            "clock_event_reasons": self.reasons, "power_capped": bool(self.reasons & POWER_CAP),
             "slowdowns": [name for bit, name in SLOWDOWNS.items() if self.reasons & bit]}
         return self.record

@@ -71,13 +71,14 @@ MEASURED = ("estimate_ms", "ci_low_ms", "ci_high_ms", "ci_method", "repeat_means
             "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu", "peak_device_mib",
             "nvml_used_mib", "nvml_process_mib", "memory_view", "peak_host_rss_mib", "energy_j_per_step",
             "energy_j_per_token", "mean_power_w", "sm_clock_mhz_mean", "sm_clock_mhz_min", "memory_clock_mhz_mean",
-            "temperature_c_max", "slowdowns", "compiles_in_window", "graph_breaks", "cudagraph_skips", "cell_flags")
+            "temperature_c_max", "slowdowns", "power_capped", "compiles_in_window", "graph_breaks", "cudagraph_skips", "cell_flags")
 FLAGGED = " †"         # a number measured under a condition its cell flags name (throttled, recompiled, ...)
 
 
 def cell_flags(first, ok: pd.DataFrame) -> str:
-    """What qualifies a cell's number, from its repeats: a GPU that slowed itself (power or thermal) during the
-    window, compilation inside the window, graph breaks or skipped CUDA graphs in a compiled cell."""
+    """What qualifies a cell's number, from its repeats: a GPU that slowed itself (thermal, hardware, power brake)
+    during the window (a power cap is not a slowdown: see kbench.gpu.nvml), compilation inside the window, graph
+    breaks or skipped CUDA graphs in a compiled cell."""
     flags = []
     slowdowns = sorted({s for text in ok.slowdowns.dropna() for s in text.split(", ") if s})
     if slowdowns:
@@ -144,6 +145,7 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
         sm_clock_mhz_min=ok.sm_clock_mhz_min.min(), memory_clock_mhz_mean=ok.memory_clock_mhz_mean.mean(),
         temperature_c_max=ok.temperature_c_max.max(),
         slowdowns=", ".join(sorted({s for t in ok.slowdowns.dropna() for s in t.split(", ") if s})),
+        power_capped=bool(ok.power_capped.fillna(False).astype(bool).any()) if "power_capped" in ok else None,
         compiles_in_window=ok.compiles_in_window.max(), graph_breaks=ok.graph_breaks.max(),
         cudagraph_skips=ok.cudagraph_skips.max())
     return row
@@ -224,7 +226,7 @@ def parity_flags(summary: pd.DataFrame, tolerance: float = PARITY_TOLERANCE) -> 
 
 
 def row_flags(summary: pd.DataFrame) -> pd.Series:
-    """Per row: each flagged cell's framework and flags ("keras3-jax: throttled: power cap (software)")."""
+    """Per row: each flagged cell's framework and flags ("keras3-jax: throttled: thermal (software)")."""
     flagged = summary[summary.cell_flags.fillna("") != ""]
     if flagged.empty:
         return pd.Series(dtype=str)
@@ -436,12 +438,13 @@ def energy_table(summary: pd.DataFrame) -> pd.DataFrame:
     ok = summary[(summary.status == "ok") & summary.energy_j_per_step.notna()]
     table = ok.set_index(ROW_KEYS + ["framework"])[
         ["energy_j_per_step", "energy_j_per_token", "mean_power_w", "mfu", "sm_clock_mhz_mean", "sm_clock_mhz_min",
-         "memory_clock_mhz_mean", "temperature_c_max", "slowdowns"]]
+         "memory_clock_mhz_mean", "temperature_c_max", "power_capped", "slowdowns"]]
     return table.assign(mfu=(table.mfu * 100).round(2)).rename(columns={
         "energy_j_per_step": "J/step", "energy_j_per_token": "J/token", "mean_power_w": "mean W", "mfu": "MFU %",
         "sm_clock_mhz_mean": "SM MHz (mean)", "sm_clock_mhz_min": "SM MHz (min)",
         "memory_clock_mhz_mean": "memory MHz (mean)", "temperature_c_max": "max °C",
-        "slowdowns": "slowdowns seen"}).round({"J/step": 4, "J/token": 5, "mean W": 1})
+        "power_capped": "at its power cap", "slowdowns": "slowdowns seen"}).round(
+        {"J/step": 4, "J/token": 5, "mean W": 1})
 
 
 def _study_rows(study: pd.DataFrame, frameworks: list[str]) -> pd.MultiIndex:
@@ -534,10 +537,11 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
     write(memory_table(summary), out_dir, "memory", profile)
     write(energy_table(summary), out_dir, "energy", profile,
           note="\nGPU cells only: NVML's energy counter (mJ since the driver loaded) read just before and after the "
-               "timed window, over its steps (and generated tokens); mean W = energy / window time; clocks and "
-               "temperature sampled every 50 ms in the window; slowdowns: the clock-event reasons that mean the "
-               "GPU slowed itself (power cap, thermal, hardware slowdown, power brake), which also flag the cell's "
-               "number (†) in ms_per_step.\n")
+               "timed window, over its steps (and generated tokens), for windows of 1 s or more (the counter moves "
+               "in ~100 ms steps); mean W = energy / window time; clocks and temperature sampled every 50 ms in the "
+               "window; at its power cap: the driver held the clocks at the power limit (normal for a heavy step on "
+               "an H100/H200; not a slowdown); slowdowns: the clock-event reasons that mean the GPU slowed itself "
+               "(thermal, hardware slowdown, power brake), which also flag the cell's number (†) in ms_per_step.\n")
 
 
 def comma_list(text: str) -> list[str]:
