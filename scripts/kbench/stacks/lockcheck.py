@@ -27,7 +27,8 @@ def pinned(lock_text: str) -> dict[str, str]:
 
 
 def installed() -> dict[str, str]:
-    return {normalize(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    """Every installed distribution by name (a dist-info without a Name, left by a broken install, is no package)."""
+    return {normalize(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
 
 
 def differences(expected: dict[str, str], actual: dict[str, str]) -> list[str]:

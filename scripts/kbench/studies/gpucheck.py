@@ -55,24 +55,56 @@ SANITY_SIZE = 8192
 PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/bin/python"
 
 
-def installed(python: str) -> dict[str, str | None]:
-    """package -> version (or None: missing) in the interpreter, each imported in one child process; a BadFile for
-    an interpreter that does not run, or is no Python."""
-    code = ("import importlib, json, sys\nfound = {}\nfor name in sys.argv[1:]:\n    try:\n"
-            "        module = importlib.import_module(name)\n        found[name] = str(getattr(module, '__version__', 'yes'))\n"
-            "    except Exception:\n        found[name] = None\nprint('PACKAGES ' + json.dumps(found))")
+IMPORTS = ("import importlib, json, sys\nfound = {}\nfor name in sys.argv[1:]:\n    try:\n"
+           "        module = importlib.import_module(name)\n        found[name] = str(getattr(module, '__version__', 'yes'))\n"
+           "    except Exception:\n        found[name] = None\nprint('PACKAGES ' + json.dumps(found))")
+IMPORT_S = 600           # every package in one process
+ONE_IMPORT_S = 120       # one package, where that process crashed or hung
+
+
+def run_python(python: str, code: str, args=(), timeout_s: float = 60, env: dict | None = None):
+    """The interpreter checked, with the environment a preinstalled cell gets; the completed process, or None where it
+    ran past timeout_s (killed); a BadFile for an interpreter that cannot be started."""
     try:
-        out = subprocess.run([python, "-c", code, *PACKAGES], capture_output=True, text=True, timeout=600)
+        return subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=max(1, timeout_s),
+                              env=env or launch.process_env("preinstalled"))
+    except subprocess.TimeoutExpired:
+        return None
     except OSError as error:            # missing, a folder, not executable, not a program
         wrong = ("a folder" if Path(python).is_dir() else "not found" if error.errno == errno.ENOENT else
                  "not executable" if error.errno == errno.EACCES else f"cannot be run: {error.strerror.lower()}")
         raise files.BadFile(python, wrong, PYTHON) from None
-    listed = [line for line in out.stdout.splitlines() if line.startswith("PACKAGES ")]
-    if not listed:
-        said = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise files.BadFile(python, f"ran, but not as a Python interpreter: exit {out.returncode}, {said[0][:120]!r}",
-                            PYTHON)
-    return json.loads(listed[-1].removeprefix("PACKAGES "))
+
+
+def _listed(proc) -> dict | None:
+    lines = [line for line in (proc.stdout if proc else "").splitlines() if line.startswith("PACKAGES ")]
+    return json.loads(lines[-1].removeprefix("PACKAGES ")) if lines else None
+
+
+def installed(python: str) -> tuple[dict[str, str | None], dict[str, str]]:
+    """package -> version (None: missing), as a cell of this interpreter would import it (the cells' environment),
+    and package -> why it could not be told (a crash or a hang while importing it). Every package is imported in one
+    child process; where that process crashes (importing tensorflow then triton in one process segfaults: tensorflow
+    issue 124205) or hangs, each package gets a process of its own, so one bad import costs only its own row. A
+    BadFile for an interpreter that does not run, or is no Python."""
+    together = run_python(python, IMPORTS, PACKAGES, IMPORT_S)
+    found = _listed(together)
+    if found is not None:
+        return found, {}
+    alone = run_python(python, "print('PACKAGES {}')", timeout_s=ONE_IMPORT_S)
+    if _listed(alone) is None:
+        said = ((alone.stderr or alone.stdout) if alone else "").strip().splitlines()[-1:] or ["no output"]
+        raise files.BadFile(python, f"ran, but not as a Python interpreter: exit {alone.returncode if alone else '?'}, "
+                                    f"{said[0][:120]!r}", PYTHON)
+    found, unknown = {}, {}
+    for name in PACKAGES:
+        proc = run_python(python, IMPORTS, (name,), ONE_IMPORT_S)
+        one = _listed(proc)
+        found[name] = one.get(name) if one else None
+        if one is None:
+            unknown[name] = (f"import hung past {ONE_IMPORT_S} s" if proc is None else
+                             f"import crashed the interpreter (exit {proc.returncode})")
+    return found, unknown
 
 
 # ---------------------------------------------------------------- the probes (run in the interpreter checked)
@@ -85,7 +117,9 @@ from kbench.adapters import _hooks
 framework, mode = sys.argv[1], sys.argv[2]
 hooks = _hooks.torch_hooks() if framework == "torch" else _hooks.jax_hooks()
 switches = hooks["set_tf32"](mode, "float32")
-result = {{"switches": switches, **numerics.probe(hooks["matmul"])}}
+device = hooks["device"]()
+result = {{"switches": switches, "device_kind": device["kind"], "device": device["name"],
+          **numerics.probe(hooks["matmul"])}}
 if mode == "library-default" and framework == "torch" and hooks["device"]()["kind"] == "gpu":
     import torch                      # a bf16 matmul of known size: the sanity MFU
     n = {size}
@@ -103,17 +137,26 @@ print("PROBE " + json.dumps(result))
 """
 
 
-def probe(python: str, framework: str, mode: str) -> dict:
+PROBE_S = 300
+
+
+def probe(python: str, framework: str, mode: str, timeout_s: float = PROBE_S) -> dict:
     """One fresh process per framework and TF32 mode (the switches are process-wide, library-default must be
-    read before anything was set)."""
+    read before anything was set), on the GPU only: JAX may not fall back to the CPU (JAX_PLATFORMS=cuda), and a
+    probe that ran anywhere else says so instead of timing the CPU."""
     code = PROBE.format(scripts=str(REPO / "scripts"), size=SANITY_SIZE)
-    env = {**launch.process_env("preinstalled"), **({"NVIDIA_TF32_OVERRIDE": "0"} if mode == "off" else {})}
-    proc = subprocess.run([python, "-c", code, framework, mode], capture_output=True, text=True, env=env,
-                          timeout=300)
+    env = {**launch.process_env("preinstalled"), **({"NVIDIA_TF32_OVERRIDE": "0"} if mode == "off" else {}),
+           **({"JAX_PLATFORMS": "cuda"} if framework == "jax" else {})}
+    proc = run_python(python, code, (framework, mode), min(PROBE_S, timeout_s), env)
+    if proc is None:
+        return {"error": f"timed out after {min(PROBE_S, timeout_s):.0f} s"}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
     if not lines:
-        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]}
-    return json.loads(lines[-1].removeprefix("PROBE "))
+        return {"error": ((proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"])[0][:200]}
+    result = json.loads(lines[-1].removeprefix("PROBE "))
+    if result.get("device_kind") != "gpu":
+        result["error"] = f"ran on {result.get('device_kind')} ({result.get('device')}), not a GPU"
+    return result
 
 
 # ---------------------------------------------------------------- the cells
@@ -207,6 +250,22 @@ def main(argv=None) -> int:
         return files.refuse("gpucheck", error)
 
 
+def listed_gpus() -> list[dict]:
+    """nvidia-smi's GPUs, printed; an nvidia-smi that fails (a driver whose library does not match its kernel
+    module after an update, say) is one line, and the cells then say what they find."""
+    host = preflight.Host()
+    gpus, trouble = [], None
+    if host.which("nvidia-smi"):
+        try:
+            gpus = preflight.gpus(host)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as error:
+            said = getattr(error, "stdout", None) or getattr(error, "stderr", None) or str(error)
+            trouble = f"nvidia-smi failed: {said.strip().splitlines()[-1][:200] if said.strip() else error}"
+    listed = ", ".join(f"{g['index']}: {g['name']} (driver {g['driver_version']})" for g in gpus)
+    print(f"GPUs (nvidia-smi): {listed or trouble or 'none found'}")
+    return gpus
+
+
 def check(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.deadline
     out = args.out / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -216,12 +275,11 @@ def check(args: argparse.Namespace) -> int:
         raise files.BadFile(args.out, f"cannot hold the check's files: {error.strerror.lower()}",
                             "--out takes a folder, made if missing") from None
     config = {**yaml.safe_load((REPO / "config.yaml").read_text()), "accelerator": "gpu"}
-    gpus = preflight.gpus(preflight.Host()) if preflight.Host().which("nvidia-smi") else []
-    listed = ", ".join(f"{g['index']}: {g['name']} (driver {g['driver_version']})" for g in gpus)
-    print(f"GPUs (nvidia-smi): {listed or 'none found'}")
-    found = installed(args.python)
+    gpus = listed_gpus()
+    found, unknown = installed(args.python)
     print(f"interpreter {args.python}: found {', '.join(f'{k} {v}' for k, v in found.items() if v) or 'nothing'}; "
-          f"missing {', '.join(k for k, v in found.items() if not v) or 'nothing'}")
+          f"missing {', '.join(k for k, v in found.items() if not v and k not in unknown) or 'nothing'}"
+          + "".join(f"; {k}: {why}" for k, why in unknown.items()))
     probes = []
     for framework in ("torch", "jax"):
         if not found.get(framework) or args.plan == "synthetic":
@@ -229,7 +287,7 @@ def check(args: argparse.Namespace) -> int:
         for mode in ("off", "on", "library-default"):
             if time.monotonic() > deadline - 60:
                 break
-            result = probe(args.python, framework, mode)
+            result = probe(args.python, framework, mode, deadline - time.monotonic() - 30)
             peak = peaks.peak_tflops(result.get("device"), "bf16")
             probes.append({"framework": framework, "TF32 mode": mode, "float32 matmul is": result.get(
                 "observed_class"), "relative error": _round(result.get("matmul_relative_error"), 8),
@@ -246,8 +304,8 @@ def check(args: argparse.Namespace) -> int:
     table = text_table(rows)
     print(f"\ncells (smoke sizes, strict profile, runtime preinstalled; JSONs under {out / 'cells'})\n{table}")
     (out / "gpucheck.md").write_text(f"{table}\n")
-    (out / "gpucheck.json").write_text(json.dumps({"gpus": gpus, "packages": found, "probes": probes, "cells": rows},
-                                                  indent=1))
+    (out / "gpucheck.json").write_text(json.dumps({"gpus": gpus, "packages": found, "import_problems": unknown,
+                                                   "probes": probes, "cells": rows}, indent=1))
     return 0
 
 

@@ -1,0 +1,87 @@
+"""The GPU check's failure modes, with fake interpreters and a fake nvidia-smi: an import that crashes or hangs costs
+only its own package, a probe that hangs or runs off the GPU says so within the deadline, an nvidia-smi that fails
+is one line, and a dist-info without a Name is no package."""
+import os
+import sys
+
+import pytest
+
+from kbench.stacks import envs, lockcheck
+from kbench.studies import gpucheck
+
+
+def fake_python(tmp_path, body: str) -> str:
+    """An interpreter that does `body` (sh) first, then is this Python."""
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\n{body}\nexec {sys.executable} \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_one_import_that_crashes_the_interpreter_costs_only_its_own_package(tmp_path):
+    """Importing tensorflow and then triton in one process segfaults (tensorflow issue 124205): here any process
+    importing tensorflow among other packages dies by SIGSEGV. NumPy still reads found."""
+    python = fake_python(tmp_path, 'case " $* " in *" tensorflow "*" yaml "*) kill -SEGV $$;; esac')
+    found, unknown = gpucheck.installed(python)
+    assert found["numpy"] and found["yaml"] and unknown == {}
+    assert found["tensorflow"] is None          # alone it imports (here: it is not installed), no crash
+
+
+def test_an_import_that_hangs_is_named_and_the_rest_is_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpucheck, "IMPORT_S", 1)
+    monkeypatch.setattr(gpucheck, "ONE_IMPORT_S", 1)
+    python = fake_python(tmp_path, 'case " $* " in *" torch "*) exec sleep 60;; esac')
+    found, unknown = gpucheck.installed(python)
+    assert unknown == {"torch": "import hung past 1 s"} and found["numpy"] and found["torch"] is None
+
+
+def test_the_cells_environment_is_the_one_the_packages_are_looked_for_in(tmp_path, monkeypatch):
+    """A package on a module's PYTHONPATH is found, as a preinstalled cell imports it."""
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "keras_hub.py").write_text("__version__ = '9.9'\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "modules"))
+    found, _ = gpucheck.installed(sys.executable)
+    assert found["keras_hub"] == "9.9"
+
+
+def test_a_probe_that_hangs_ends_within_the_time_left(tmp_path, monkeypatch):
+    python = fake_python(tmp_path, "exec sleep 60")
+    result = gpucheck.probe(python, "torch", "off", timeout_s=2)
+    assert result == {"error": "timed out after 2 s"}
+
+
+def test_a_jax_probe_runs_on_the_gpu_only_and_says_where_it_ran(tmp_path):
+    """JAX gets JAX_PLATFORMS=cuda (no silent CPU fall-back), and a probe that reports a CPU device is an error row."""
+    python = fake_python(tmp_path, 'echo "PROBE {\\"device_kind\\": \\"cpu\\", \\"device\\": \\"$JAX_PLATFORMS\\"}"; '
+                                   'exit 0')
+    result = gpucheck.probe(python, "jax", "off", timeout_s=20)
+    assert result["device"] == "cuda" and result["error"] == "ran on cpu (cuda), not a GPU"
+
+
+def test_an_nvidia_smi_that_fails_is_one_line(tmp_path, monkeypatch, capsys):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert gpucheck.listed_gpus() == []
+    assert capsys.readouterr().out == ("GPUs (nvidia-smi): nvidia-smi failed: Failed to initialize NVML: "
+                                       "Driver/library version mismatch\n")
+
+
+@pytest.fixture
+def nameless_dist_info(tmp_path, monkeypatch):
+    """A site folder holding a dist-info whose METADATA has no Name (a broken install leaves them)."""
+    site = tmp_path / "site"
+    (site / "broken-1.0.dist-info").mkdir(parents=True)
+    (site / "broken-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_a_dist_info_without_a_name_is_no_package(nameless_dist_info, tmp_path):
+    assert "numpy" in lockcheck.installed()
+    lock = tmp_path / "x.lock"
+    lock.write_text("numpy==1.0 --hash=sha256:" + "0" * 64 + "\n")
+    record = envs.record_preinstalled("x", "gpu", lock, sys.executable, tmp_path / "record.json")
+    assert "numpy" in record["packages"] and None not in record["packages"]
