@@ -1,0 +1,58 @@
+"""Hosts other than this Debian 12 one: GPU hosts run Ubuntu 24.04 (Python 3.12) and Debian 13 (Python 3.13) as often.
+A Debian 13 root made with mmdebstrap, the repository copied in: scripts/bootstrap's venv step (the universal driver
+lock on Python 3.13) and a dry run of the workflow, as a user there would run them."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from kbench import host
+
+pytestmark = pytest.mark.e2e
+TAG = "localhost/kbench-test/debian:trixie"
+
+
+@pytest.fixture(scope="module")
+def trixie(tmp_path_factory):
+    """Debian 13 with its Python (3.13) and venv, from the host's own apt sources, as a podman image."""
+    folder = tmp_path_factory.mktemp("trixie")
+    rootfs = folder / "rootfs.tar"
+    sources = [str(p) for p in (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+               if p.exists()][:1]
+    subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", "--include=python3,python3-venv,ca-certificates",
+                    "trixie", str(rootfs), *sources], check=True, timeout=900)
+    subprocess.run(["podman", "import", "--quiet", str(rootfs), TAG], check=True, capture_output=True,
+                   env=host.client_env("podman"))
+    yield TAG
+    subprocess.run(["podman", "rmi", "--force", TAG], capture_output=True, env=host.client_env("podman"))
+
+
+def repository_copy(target: Path) -> Path:
+    """The repository's files as a clone has them (tracked and new, not ignored): no venv, no results."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    for name in listed:
+        if (REPO / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, target / name)
+    return target
+
+
+def test_bootstrap_and_a_dry_run_on_debian_13_with_python_3_13(trixie, tmp_path):
+    repo = repository_copy(tmp_path / "repo")
+    cache = Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv"))
+    cache.mkdir(parents=True, exist_ok=True)
+    script = ("scripts/bootstrap --venv-only && .venv/bin/snakemake -n --cores 1 --config suite=tiny accelerator=cpu "
+              "runtime=host models=[bert] frameworks=[keras3-jax,native-torch-eager] precisions=[float32]")
+    proc = subprocess.run(["podman", "run", "--rm", "--network", "host", *host.ulimit_args(),
+                           "--volume=/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
+                           f"--volume={cache}:/root/.cache/uv", f"--volume={repo}:/repo", "--workdir", "/repo",
+                           trixie, "sh", "-c", script], capture_output=True, text=True, timeout=900,
+                          env=host.client_env("podman"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "bootstrap: .venv ready (Python 3.13" in out
+    assert "cell " in out and "This was a dry-run" in out
