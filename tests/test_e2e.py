@@ -55,7 +55,7 @@ FRAMEWORK_PACKAGE = {"native_torch": ("transformers", "5.24.0"), "keras2": ("tf-
 
 
 # The equivalence check in CI for BERT alone (every column of the podman run): SAM's check, about 400 s of cells
-# on CI's CPU (the compiled column's 210 s of it), runs where a GPU run or a user selects it (README: its numbers).
+# on CI's CPU (the compiled column's 210 s of it), runs where a GPU run or a user selects it (docs/equivalence.md: its numbers).
 EQUIVALENCE_MODELS = ["bert"]
 # CI's runs time 6 steps a cell, not the tiny suite's 20: the pipeline's checks are the same (the window, its synced
 # blocks, a fit that learns), and on CI's two cores, where the CPU is the limit, the steps were a fifth of the cell time.
@@ -93,7 +93,7 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
 
 # The compiled column's SAM cells are not run in CI: Inductor compiles for about 150 s a cell on CI's two cores
 # (a third of the podman run's cell time); the column's BERT cells and equivalence job run, and every other column
-# runs SAM. Graph breaks of its SAM predict, as measured: README "What a cell measures".
+# runs SAM. Graph breaks of its SAM predict, as measured: docs/cells.md.
 PODMAN_CONFIG = {"not_applicable": CONFIG["not_applicable"] + [
     {"framework": "native-torch-compiled", "model": "sam", "task": "*",
      "reason": "not run in CI: Inductor compiles ~150 s a cell on CI's CPU; the column's BERT cells run"}]}

@@ -43,6 +43,11 @@ def fault_workflow(folder: Path, columns: dict[str, dict], timeout_minutes: floa
     return ["--cores", "2", "--configfile", str(folder / "config.yaml")]
 
 
+# What the fault runs ask for: the cells and their ms/step table (not the plots, history and first page, whose jobs
+# are a pandas process each and prove nothing about faults)
+TABLE = "results/tables/tiny/strict/ms_per_step.csv"
+
+
 def cells(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted((folder / "results" / "cells").rglob("*.json"))
             if "attempts" not in p.parts}
@@ -60,7 +65,7 @@ def record(path: Path) -> dict:
 def test_failing_cells_end_in_records_that_name_the_cause_and_the_run_goes_on(tmp_path):
     options = fault_workflow(tmp_path, {name: {"KBENCH_SYNTHETIC_FAULT": f} if f else {} for name, f in FAULTS.items()})
     assert left_behind() == []
-    proc = snakemake(*options, cwd=tmp_path)
+    proc = snakemake(TABLE, *options, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     errors = {name: record(cell_of(tmp_path, name))["error"] for name in FAULTS}
     assert errors["ok"] is None and record(cell_of(tmp_path, "ok"))["status"] == "ok"
@@ -89,7 +94,7 @@ def test_a_driver_killed_mid_run_resumes_with_one_command(tmp_path):
     finished = digests(cells(tmp_path))
     assert len(finished) == 4
 
-    driver = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), *options], cwd=tmp_path,
+    driver = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), TABLE, *options], cwd=tmp_path,
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     slow_log = tmp_path / "results/logs/cells/tiny/strict/synthetic"
     deadline = time.monotonic() + 120
@@ -104,9 +109,9 @@ def test_a_driver_killed_mid_run_resumes_with_one_command(tmp_path):
     assert left_behind(str(tmp_path)) == []     # no launcher, no cell process of this run survives its driver
     assert not cell_of(tmp_path, "slow").exists() and not cell_of(tmp_path, "slow", "predict").exists()
 
-    refused = snakemake(*options, cwd=tmp_path)          # what a user meets first: the dead driver's lock
+    refused = snakemake(TABLE, *options, cwd=tmp_path)    # what a user meets first: the dead driver's lock
     assert refused.returncode != 0 and "Directory cannot be locked" in refused.stdout, refused.stdout[-2000:]
-    resumed = subprocess.run([str(REPO / "scripts/resume"), "--snakefile", str(REPO / "Snakefile"), *options],
+    resumed = subprocess.run([str(REPO / "scripts/resume"), "--snakefile", str(REPO / "Snakefile"), TABLE, *options],
                              cwd=tmp_path, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     after = digests(cells(tmp_path))
@@ -136,13 +141,14 @@ def test_retry_failed_reruns_exactly_the_failed_cells_and_keeps_their_first_atte
     """A transient fault (the column fails its first attempt only): a plain rerun has nothing to do, since a failed
     cell is a finished job; scripts/retry-failed reruns exactly the failed cells."""
     options = fault_workflow(tmp_path, {"ok": {}, "flaky": {"KBENCH_SYNTHETIC_FAIL_ONCE": str(tmp_path)}})
-    assert snakemake(*options, cwd=tmp_path).returncode == 0
+    assert snakemake(TABLE, *options, cwd=tmp_path).returncode == 0
     before = cells(tmp_path)
     flaky = [cell_of(tmp_path, "flaky", t) for t in ("fit", "predict")]
     assert [record(p)["error"]["message"] for p in flaky] == ["injected transient failure"] * 2
 
-    assert plan("-n", *options, cwd=tmp_path).nothing_to_do
-    retried = subprocess.run([str(REPO / "scripts/retry-failed"), "--snakefile", str(REPO / "Snakefile"), *options],
+    assert plan("-n", TABLE, *options, cwd=tmp_path).nothing_to_do
+    retried = subprocess.run([str(REPO / "scripts/retry-failed"), "--snakefile", str(REPO / "Snakefile"), TABLE,
+                              *options],
                              cwd=tmp_path, capture_output=True, text=True)
     assert retried.returncode == 0, retried.stdout[-3000:] + retried.stderr[-3000:]
     assert "retry-failed: rerunning 2 failed cell(s)" in retried.stdout
