@@ -15,15 +15,27 @@ pytestmark = pytest.mark.e2e
 TAG = "localhost/kbench-test/debian:trixie"
 
 
+def host_mirror() -> str:
+    """The Debian archive this host's apt reads (its sources' first URIs), else Debian's own."""
+    for path in (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")):
+        if path.exists():
+            for line in path.read_text().splitlines():
+                words = line.split()
+                if line.startswith("URIs:") and "security" not in line:
+                    return words[1]
+                if words[:1] == ["deb"] and "security" not in line:
+                    return next(w for w in words[1:] if w.startswith("http"))
+    return "http://deb.debian.org/debian"
+
+
 @pytest.fixture(scope="module")
 def trixie(tmp_path_factory):
     """Debian 13 with its Python (3.13) and venv, from the host's own apt sources, as a podman image."""
     folder = tmp_path_factory.mktemp("trixie")
     rootfs = folder / "rootfs.tar"
-    sources = [str(p) for p in (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
-               if p.exists()][:1]
+    # the host's mirror, with trixie's suite: a sources file given whole would bring its own suite (bookworm here)
     subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", "--include=python3,python3-venv,ca-certificates",
-                    "trixie", str(rootfs), *sources], check=True, timeout=900)
+                    "trixie", str(rootfs), f"deb {host_mirror()} trixie main"], check=True, timeout=900)
     subprocess.run(["podman", "import", "--quiet", str(rootfs), TAG], check=True, capture_output=True,
                    env=host.client_env("podman"))
     yield TAG
