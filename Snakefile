@@ -31,6 +31,7 @@ include: "rules/images.smk"
 include: "rules/cells.smk"
 include: "rules/equivalence.smk"
 include: "rules/jax_numpy.smk"
+include: "rules/batch_study.smk"
 include: "rules/tables.smk"
 include: "rules/report.smk"
 include: "rules/history.smk"
@@ -48,6 +49,8 @@ localrules:
     environment,
     preinstalled_environment,
     tables,
+    batch_study,
+    tuning_gain,
     departures,
     plots,
     run_facts,
@@ -67,3 +70,5 @@ rule all:
         plot_files(config["suite"]),
         results("report", config["suite"], "first_page.html"),
         jax_numpy_files(config["suite"]),
+        batch_study_files(config["suite"]),
+        tuning_files(config["suite"]),

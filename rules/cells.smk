@@ -5,6 +5,7 @@ rule cell:
         environment=environment_record,
         image_archive=image_archive,
         harness=harness_sources,
+        previous_rung=previous_rung_json,
     output:
         results("cells/{suite}/{profile}/{model}/{task}/bs{batch}/{precision}/{framework}.r{repeat}.json"),
     log:

@@ -17,7 +17,7 @@ shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH 
 from kbench import precision, records
 from kbench.gpu import preflight
 from kbench.plan import config_check, departures, matrix, sources
-from kbench.results import tables
+from kbench.results import batch, tables, tuning
 from kbench.stacks import envs
 from kbench.studies import jax_numpy, jax_numpy_tables
 
@@ -59,11 +59,21 @@ def cell_jsons(cells, suite):
     return [cell_json(c, r) for c in cells for r in range(1, matrix.repeats(config, suite) + 1)]
 
 
+def every_cell(suite):
+    return matrix.every_cell(config, suite)
+
+
 def cell_of(wildcards):
     return matrix.Cell(wildcards.suite, wildcards.profile, wildcards.model, wildcards.task, int(wildcards.batch),
                        wildcards.precision, wildcards.framework,
                        matrix.not_applicable_reason(config, wildcards.model, wildcards.task, wildcards.framework,
                                                     wildcards.precision))
+
+
+def previous_rung_json(wildcards):
+    """The rung below a study cell above its row's own batch (its first repeat), or nothing."""
+    below = matrix.previous_rung(config, cell_of(wildcards))
+    return cell_json(below, 1) if below else []
 
 
 def environment_record(wildcards):
@@ -162,6 +172,38 @@ def jax_numpy_files(suite):
     return [results("tables", suite, name) for name in jax_numpy_tables.OUTPUTS]
 
 
+# The studies beside the matrix: the batch study (rules/batch_study.smk) and the tuning gain (rules/tables.smk).
+
+def batch_study_files(suite):
+    """The study's tables and plot for every profile, where the suite has a ladder; else none."""
+    if not matrix.batch_cells(config, suite):
+        return []
+    return [results(folder, suite, profile, name) for profile in config["profiles"]
+            for folder, names in (("tables", batch.OUTPUTS), ("plots", batch.PLOTS)) for name in names]
+
+
+def profile_batch_cells(wildcards):
+    return cell_jsons([c for c in matrix.batch_cells(config, wildcards.suite) if c.profile == wildcards.profile],
+                      wildcards.suite)
+
+
+def own_batches_json(suite):
+    return json.dumps([[*row, batch] for row, batch in matrix.ladder_rows(config, suite).items()])
+
+
+def tuned_profile():
+    """The selected profile that tunes (config profile_defs.<name>.tunes), where strict is selected too; else None."""
+    tuned = [p for p in config["profiles"] if config["profile_defs"][p].get("tunes")]
+    return tuned[0] if tuned and "strict" in config["profiles"] else None
+
+
+def tuning_files(suite):
+    if not tuned_profile():
+        return []
+    return [results("tables", suite, name) for name in tuning.OUTPUTS] + [results("plots", suite, name)
+                                                                         for name in tuning.PLOTS]
+
+
 def plot_files(suite):
     return [results("plots", suite, profile, name) for profile in config["profiles"] for name in PLOTS]
 
@@ -178,7 +220,7 @@ def image_archives(suite):
 
 
 def suite_stacks(suite):
-    return sorted({matrix.stack_of(config, c.framework) for c in matrix.cells(config, suite) if not c.not_applicable})
+    return sorted({matrix.stack_of(config, c.framework) for c in every_cell(suite) if not c.not_applicable})
 
 
 def stack_records(suite):

@@ -9,7 +9,7 @@ OPERATIONAL_SETTINGS = ("runtime", "preinstalled_python", "results_dir", "archiv
 rule history:
     """This results directory's cells, as one run, into the history (nothing when that run is there already)."""
     input:
-        cells=lambda wildcards: cell_jsons(matrix.cells(config, wildcards.suite), wildcards.suite),
+        cells=lambda wildcards: cell_jsons(every_cell(wildcards.suite), wildcards.suite),
     output:
         results("history/receipts/{suite}.json"),
     log:
@@ -51,6 +51,9 @@ rule first_page:
                                   for name in ("cells_summary.csv", "ms_per_step.csv")],
         changes=lambda wildcards: [results("history", wildcards.suite, profile, "changes.csv")
                                    for profile in config["profiles"]],
+        batch=lambda wildcards: [path for path in batch_study_files(wildcards.suite)
+                                 if path.endswith("batch_verdicts.csv")],
+        tuning=lambda wildcards: [path for path in tuning_files(wildcards.suite) if path.endswith("verdicts.csv")],
     output:
         html=results("report/{suite}/first_page.html"),
         md=results("report/{suite}/first_page.md"),

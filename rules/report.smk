@@ -20,7 +20,7 @@ rule plots:
 rule run_facts:
     """What the report must name: the suite, the images (or venvs) the cells ran in, and the host."""
     input:
-        cells=lambda wildcards: cell_jsons(matrix.cells(config, wildcards.suite), wildcards.suite),
+        cells=lambda wildcards: cell_jsons(every_cell(wildcards.suite), wildcards.suite),
         environments=lambda wildcards: stack_records(wildcards.suite),
     output:
         in_report(results("tables/{suite}/run_facts.html"), "Run"),
@@ -36,9 +36,9 @@ rule archive:
     """One finished run -> results/archive/<run_id>.tar.gz with a SHA-256 manifest (see kbench.lifecycle.archive).
     The report is an input: make it first with `snakemake --report results/report/<suite>.html`."""
     input:
-        cells=cell_jsons(matrix.cells(config), config["suite"])
+        cells=cell_jsons(every_cell(config["suite"]), config["suite"])
         + [path for profile in config["profiles"] for path in equivalence_jsons(config["suite"], profile)],
-        tables=table_files(config["suite"]),
+        tables=table_files(config["suite"]) + batch_study_files(config["suite"]) + tuning_files(config["suite"]),
         plots=plot_files(config["suite"]),
         report=results("report", f"{config['suite']}.html"),
         environments=stack_records(config["suite"]),

@@ -35,9 +35,40 @@ rule departures:
         results("logs/departures/{suite}.log"),
     params:
         departures=json.dumps(config["departures"]),
+        tuning=json.dumps(config.get("tuning") or []),
         profiles=json.dumps(config["profile_defs"]),
         out_dir=lambda wildcards: results("tables", wildcards.suite),
     localrule: True
     shell:
-        "python -m kbench.plan.departures --departures={params.departures:q} --profiles={params.profiles:q} "
+        "python -m kbench.plan.departures --departures={params.departures:q} --tuning={params.tuning:q} "
+        "--profiles={params.profiles:q} "
         "--out {params.out_dir} > {log} 2>&1"
+
+
+rule tuning_gain:
+    """strict and tuned side by side -> tuning_gain (per cell), tuning_columns (per column), tuning_verdicts (the
+    out-of-the-box finding per row) and the gain plot."""
+    input:
+        lambda wildcards: [results("tables", wildcards.suite, p, name) for p in ("strict", tuned_profile())
+                           for name in ("cells_summary.csv", "ms_per_step.csv")],
+    output:
+        [in_report(results("tables/{suite}", name), "Tuning") if name.endswith(".html")
+         else results("tables/{suite}", name) for name in tuning.OUTPUTS]
+        + [in_report(results("plots/{suite}", name), "Tuning") if name.endswith(".png")
+           else results("plots/{suite}", name) for name in tuning.PLOTS],
+    log:
+        results("logs/tuning_gain/{suite}.log"),
+    params:
+        strict=lambda wildcards: results("tables", wildcards.suite, "strict"),
+        tuned=lambda wildcards: results("tables", wildcards.suite, tuned_profile()),
+        frameworks=",".join(config["frameworks"]),
+        keras3=",".join(matrix.keras3_frameworks(config)),
+        native=",".join(matrix.native_torch_frameworks(config)),
+        out=lambda wildcards: results("tables", wildcards.suite),
+        plots=lambda wildcards: results("plots", wildcards.suite),
+        accelerator=config["accelerator"],
+    localrule: True
+    shell:
+        "python -m kbench.results.tuning --strict {params.strict} --tuned {params.tuned} "
+        "--frameworks={params.frameworks} --keras3={params.keras3} --native={params.native} "
+        "--accelerator {params.accelerator} --out {params.out} --plots {params.plots} > {log} 2>&1"

@@ -7,6 +7,7 @@ import concurrent.futures
 import functools
 import json
 import math
+import shutil
 import socket
 import subprocess
 import tarfile
@@ -67,9 +68,9 @@ SIDE_BY_SIDE = [f"{rule}=1" for rule in ("cell", "equivalence", "equivalence_ref
 
 
 def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32",), overlay=None, profile="strict",
-             equivalence=False, jax_numpy=False, built=None, timed_steps=CI_TIMED_STEPS):
-    """equivalence, jax_numpy: the run's equivalence jobs and its JAX-against-NumPy job too (CI runs each in one
-    run only: the other runs would repeat the same jobs in the same images). built: the session's images and venvs
+             equivalence=False, jax_numpy=False, batch_study=False, built=None, timed_steps=CI_TIMED_STEPS):
+    """equivalence, jax_numpy, batch_study: the run's equivalence jobs, its JAX-against-NumPy job and its batch
+    ladder too (CI runs each in one run only: the other runs would repeat the same jobs in the same images). built: the session's images and venvs
     (conftest.built), seeded into the run's results folder."""
     results = tmp_path_factory.mktemp(f"results-{runtime}")
     if built:
@@ -79,6 +80,7 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
     overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence, "models": EQUIVALENCE_MODELS},
                "suites": {"tiny": {"steps": {"timed": timed_steps}}},
                "jax_numpy": {"enabled": jax_numpy},
+               "batch_study": BATCH_STUDY if batch_study else {"enabled": False},
                "cell_env": {"OMP_NUM_THREADS": "1"}}
     (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     # Two processes at a time on CI's two cores (the default gives a CPU cell every core): a cell's start-up, model
@@ -99,10 +101,40 @@ PODMAN_CONFIG = {"not_applicable": CONFIG["not_applicable"] + [
      "reason": "not run in CI: Inductor compiles ~150 s a cell on CI's CPU; the column's BERT cells run"}]}
 
 
+# The batch study in CI: BERT predict at batch 1, 16 and its own 256, in one native and one Keras 3 column (4 cells
+# beside the podman run's own): the ladder, its fit, the verdict and the plot. The tiny suite's whole ladder (fit and
+# predict in three columns) is in config.yaml.
+BATCH_STUDY = {"enabled": True, "suites": ["tiny"], "ladders": {"tiny": {
+    "frameworks": ["native-torch-eager", "keras3-jax"],
+    "rows": {"bert": {"precisions": ["float32"], "fit": [], "predict": [1, 16, 256]}}}}}
+
+
 @pytest.fixture(scope="module")
 def podman_run(tmp_path_factory, built):
     return run_tiny("podman", tmp_path_factory, *RUNS["podman"], overlay=PODMAN_CONFIG, equivalence=True,
-                    jax_numpy=True, built=built)
+                    jax_numpy=True, batch_study=True, built=built)
+
+
+# The tuned profile in CI: BERT in the native compiled column and keras3-jax, tuned beside the podman run's strict
+# cells (a copy of its results folder: 4 tuned cells run, the strict ones are read), the gain table, its verdict and
+# the departures page. The tuned cells' equivalence check runs in the tiny suite (docs/profiles.md), not here.
+TUNED_COLUMNS = ["native-torch-compiled", "keras3-jax"]
+
+
+@pytest.fixture(scope="module")
+def tuned_run(podman_run, tmp_path_factory):
+    *_, podman_results = podman_run
+    results = tmp_path_factory.mktemp("results-tuned") / "results"
+    shutil.copytree(podman_results, results, ignore=shutil.ignore_patterns("*.tar", "archive", "history"))
+    overlay = yaml.safe_load((podman_results / "overlay.yaml").read_text())
+    overlay.update(equivalence={"enabled": False}, batch_study={"enabled": False}, jax_numpy={"enabled": False})
+    (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    proc = snakemake("--cores", "all", "--configfile", str(results / "overlay.yaml"), "--set-threads", *SIDE_BY_SIDE,
+                     "--config", "suite=tiny", "accelerator=cpu", "runtime=podman", f"results_dir={results}",
+                     "models=[bert]", f"frameworks=[{','.join(TUNED_COLUMNS)}]", "precisions=[float32]",
+                     "profiles=[strict,tuned]", timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +144,8 @@ def host_run(tmp_path_factory, built):
 
 @pytest.fixture(scope="module")
 def paddle_run(tmp_path_factory, built):
-    """The Paddle columns' other rows in host venvs: ResNet-50 fit in float32 and mixed_float16 (which a CPU cannot
-    run: Paddle's auto_cast computes float32 there), the SD VAE-encoder fit and guided DDIM step."""
+    """The Paddle columns' other rows in host venvs: ResNet-50 fit in float32 (and mixed_float16, n/a on a CPU:
+    Paddle's auto_cast computes float32 there), the SD VAE-encoder fit and guided DDIM step."""
     return run_tiny("host", tmp_path_factory, ["resnet50", "stable_diffusion"], PADDLE, ["float32", "mixed_float16"],
                     built=built)
 
@@ -784,13 +816,15 @@ def test_paddle_columns_ran_resnet50_and_sd_and_say_what_to_static_ran(paddle_ru
                                                                           "trainable": 23_528_522}
 
 
-def test_paddle_mixed_precision_on_a_cpu_is_failed_by_the_dtype_guard(paddle_run):
-    """paddle.amp.auto_cast on a CPU place only warns and computes float32: the cell is failed, not timed as fp16."""
+def test_paddle_mixed_precision_on_a_cpu_is_planned_not_applicable(paddle_run):
+    """paddle.amp.auto_cast on a CPU only warns and computes float32: a known limit, so the plan makes those cells
+    n/a with the reason (config not_applicable, accelerator cpu) and no process runs them; the dtype guard that would
+    fail such a cell stays for what is not known (next test, and tests/test_launch.py)."""
     runtime, models, frameworks, tables, results = paddle_run
-    for result in cells(results):
-        if result.spec["precision"] == "mixed_float16":
-            assert result.status == "failed" and result.error["type"] == "PrecisionMismatch", result.error
-            assert result.numerics["compute_dtype"] == "float32" and result.timing is None
+    mixed = [r for r in cells(results) if r.spec["precision"] == "mixed_float16"]
+    assert mixed and all(r.status == "unsupported" and r.error["type"] == "NotApplicable"
+                         and "auto_cast on a CPU computes float32" in r.error["message"] for r in mixed)
+    assert all(r.timing is None and r.provenance.get("runtime") is None for r in mixed)
 
 
 def test_paddle_dtype_observation_is_what_ran_not_what_was_asked(paddle_run):
@@ -820,6 +854,49 @@ def run_in_venv(results, stack, *parts, timeout=600):
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "scripts")}, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
+
+
+def test_the_batch_study_fits_its_ladder_and_says_its_verdict(podman_run):
+    """The ladder's rungs ran in both columns (the row's own batch is the podman run's own cell), each column has
+    its fit or says why not, the verdict is marked as a CPU check, and the first page shows it."""
+    *_, tables_dir, results = podman_run
+    study = pd.read_csv(tables_dir / "batch_study.csv")
+    assert sorted(study.batch) == [1, 16, 256]
+    for column in ("native-torch-eager", "keras3-jax"):
+        assert study[f"{column} ms/step"].notna().all() and not study[f"{column} ms/step"].str.startswith("failed").any()
+    fits = pd.read_csv(tables_dir / "batch_fit.csv")
+    assert sorted(fits.framework) == ["keras3-jax", "native-torch-eager"]
+    for row in fits.to_dict("records"):     # a fit whose intervals hold its point, or the reason there is none
+        assert (row["a_low"] <= row["a"] <= row["a_high"] and row["c_low"] <= row["c"] <= row["c_high"]
+                if pd.notna(row.get("a")) else row["fixed ms/step (a)"].startswith("no fit")), row
+    verdicts = pd.read_csv(tables_dir / "batch_verdicts.csv")
+    assert list(verdicts.native) == ["native-torch-eager"] and verdicts.at[0, "best Keras 3"] == "keras3-jax"
+    said = verdicts.at[0, "verdict"]
+    assert said == "not measured" or said.endswith("(CPU: the pipeline's check)"), said
+    assert (results / "plots" / "tiny" / "strict" / "batch_curves.png").stat().st_size > 10_000
+    assert "The batch study" in (results / "report" / "tiny" / "first_page.html").read_text()
+
+
+def test_the_tuned_profile_runs_its_settings_and_reports_each_columns_gain(tuned_run, podman_run):
+    """Only the tuned cells ran (the strict ones are the podman run's), each did what its tuned settings say, and the
+    gain table, its verdict and the departures page are there."""
+    tuned = {r.cell_id: r for r in cells(tuned_run) if r.spec["profile"] == "tuned"}
+    assert sorted(tuned) == sorted(f"tiny/tuned/bert/{task}/bs{b}/float32/{f}" for task, b in (("fit", 32),
+                                   ("predict", 256)) for f in TUNED_COLUMNS)
+    assert all(r.status == "ok" for r in tuned.values()), {k: r.error for k, r in tuned.items()}
+    compiled_fit = tuned["tiny/tuned/bert/fit/bs32/float32/native-torch-compiled"]
+    assert compiled_fit.spec["settings"]["compile_mode"] == "max-autotune" and compiled_fit.evidence["jit_compile"]
+    assert compiled_fit.evidence["fused_optimizer"] is True
+    strict = cell.read(tuned_run / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-compiled.r1.json")
+    assert strict.evidence["fused_optimizer"] is False
+    assert strict == cell.read(podman_run[-1] / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-compiled.r1.json")
+    gains = pd.read_csv(tuned_run / "tables/tiny/tuning_gain.csv")
+    assert sorted(gains.framework) == sorted(TUNED_COLUMNS * 2) and (gains["gain x"] > 0).all()
+    verdicts = pd.read_csv(tuned_run / "tables/tiny/tuning_verdicts.csv")
+    assert len(verdicts) == 2 and all(v == "not measured" or v.endswith("(CPU: the pipeline's check)")
+                                      for v in verdicts.verdict)
+    assert "torch-compile-max-autotune" in (tuned_run / "tables/tiny/departures.md").read_text()
+    assert "Out of the box against tuned" in (tuned_run / "report/tiny/first_page.html").read_text()
 
 
 def test_the_jax_numpy_job_times_both_sides_and_agrees(podman_run):

@@ -322,6 +322,13 @@ def test_failures_become_failed_cells(tmp_path, driver_environment, fault, error
     assert result.error["type"] == error_type and message in result.error["message"]
 
 
+def test_a_batch_that_does_not_fit_is_oom_not_failed(tmp_path, driver_environment):
+    """The framework's own out-of-memory error: status oom (the batch study's ladder stops there), with its words."""
+    result = run(tmp_path, driver_environment, synthetic_spec("device-oom"))
+    assert result.status == "oom" and result.timing is None
+    assert result.error["type"] == "OutOfMemoryError" and "CUDA out of memory" in result.error["message"]
+
+
 def left_behind(marker="kbench-synthetic-child") -> list[int]:
     """PIDs of processes whose command line holds the marker (the synthetic cell's child, a test's own paths)."""
     found = []

@@ -1,7 +1,11 @@
+import copy
+
 import pytest
 
 from kbench import precision
 from kbench.plan import matrix
+
+from conftest import CONFIG
 
 
 MIXED = ("float32", "tf32", "mixed_float16", "mixed_bfloat16")
@@ -196,3 +200,24 @@ def test_the_equivalence_check_runs_for_the_models_it_names(config):
     config["equivalence"]["models"] = ["sam", "bert"]
     config["models"] = ["bert", "gemma"]
     assert matrix.equivalence_models(config) == ["bert"]                  # of the selected models, in their order
+
+
+def test_a_known_cpu_limit_is_planned_not_applicable_and_only_on_a_cpu():
+    """Paddle's auto_cast computes float32 on a CPU: its mixed cells are n/a there with the reason, on a GPU they run."""
+    on_cpu = {c.cell_id: c for c in matrix.cells({**copy.deepcopy(CONFIG), "accelerator": "cpu"}, "tiny")}
+    on_gpu = {c.cell_id: c for c in matrix.cells(copy.deepcopy(CONFIG), "tiny")}
+    cell_id = "tiny/strict/resnet50/fit/bs16/mixed_float16/paddle-static"
+    assert "auto_cast on a CPU computes float32" in on_cpu[cell_id].not_applicable
+    assert on_gpu[cell_id].not_applicable is None
+    assert on_cpu["tiny/strict/resnet50/fit/bs16/float32/paddle-static"].not_applicable is None
+    assert on_cpu["tiny/strict/resnet50/fit/bs16/mixed_float16/keras3-jax"].not_applicable is None
+
+
+def test_a_not_applicable_pattern_that_matches_nothing_is_one_line():
+    config = copy.deepcopy(CONFIG)
+    config["not_applicable"].append({"framework": "padle-*", "model": "*", "task": "*", "reason": "x"})
+    with pytest.raises(matrix.ConfigError, match=r"config key not_applicable\[\d+\].framework: 'padle-\*' matches nothing"):
+        matrix.check_references(config)
+    config["not_applicable"][-1].update(framework="paddle-*", precision="mixed_float32")
+    with pytest.raises(matrix.ConfigError, match=r"precision: 'mixed_float32' matches no precision"):
+        matrix.check_references(config)

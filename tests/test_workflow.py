@@ -21,14 +21,16 @@ def job_counts(output: str) -> dict[str, int]:
 def expected_jobs(suite, accelerator, runtime) -> tuple[dict[str, int], set[str]]:
     """Every job of a full run of the suite (each repeat of each cell), and the stacks its runnable cells use."""
     config = {**CONFIG, "accelerator": accelerator}
-    cells = [c for c in matrix.cells(config, suite) for _ in range(matrix.repeats(config, suite))]   # every repeat
+    cells = [c for c in matrix.every_cell(config, suite) for _ in range(matrix.repeats(config, suite))]  # every repeat
     stacks = {matrix.stack_of(config, c.framework) for c in cells if not c.not_applicable}
     environment_jobs = {"base_image": 1, "stack_image": len(stacks)} if runtime == "podman" else {
         "environment": len(stacks)}
     profiles = len(CONFIG["profiles"])
     return {**environment_jobs, "cell": len(cells), "tables": profiles, "plots": profiles, "departures": 1,
             "run_facts": 1, "history": 1, "changes": profiles, "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1,
-            "all": 1, "total": len(cells) + 3 * profiles + 7 + sum(environment_jobs.values())}, stacks
+            "all": 1, **({"batch_study": profiles} if matrix.batch_cells(config, suite) else {}),
+            "total": len(cells) + (4 if matrix.batch_cells(config, suite) else 3) * profiles + 7
+            + sum(environment_jobs.values())}, stacks
 
 
 @pytest.mark.parametrize("runtime", ["podman", "host"])
@@ -117,7 +119,7 @@ def planned_cells(planned) -> list[str]:
 def runnable_cells(**where) -> list[str]:
     """The tiny suite's cell JSONs whose framework has the given framework_defs values (e.g. stack=...)."""
     config = {**CONFIG, "accelerator": "cpu"}
-    return sorted(f"results/cells/{c.cell_id}.r1.json" for c in matrix.cells(config, "tiny") if not c.not_applicable
+    return sorted(f"results/cells/{c.cell_id}.r1.json" for c in matrix.every_cell(config, "tiny") if not c.not_applicable
                   and all(config["framework_defs"][c.framework][k] == v for k, v in where.items()))
 
 
@@ -127,10 +129,10 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     bumped = plan("-n", *TINY, cwd=up_to_date)
     cells = runnable_cells(stack="keras3-jax")
     # one profile configured: one tables job; the new cells join the history, its changes and the first page; the
-    # JAX-against-NumPy job runs in the keras3-jax image too
+    # JAX-against-NumPy job runs in the keras3-jax image too, and keras3-jax is a column of the batch study
     assert bumped.counts() == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
                                 "history": 1, "changes": 1, "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1,
-                                "all": 1, "total": len(cells) + 10}
+                                "batch_study": 1, "all": 1, "total": len(cells) + 11}
     assert "results/images/keras3-jax.cpu.json" in bumped.outputs()
     assert sorted(planned_cells(bumped)) == cells
 
@@ -159,7 +161,7 @@ def test_more_repeats_run_only_the_new_repeats(up_to_date):
     """repeats 1 -> 2: every cell gets a second fresh process; the first repeats stand."""
     planned = planned_cells(plan("-n", *TINY, "repeats=2", cwd=up_to_date))
     assert planned and all(path.endswith(".r2.json") for path in planned)
-    assert len(planned) == len(matrix.cells({**CONFIG, "accelerator": "cpu"}, "tiny"))
+    assert len(planned) == len(matrix.every_cell({**CONFIG, "accelerator": "cpu"}, "tiny"))
 
 
 @pytest.mark.parametrize("setting", ["cell_timeout_minutes: 5", "containers: {limits: {memory_mb: 4096, cpus: 2}}"])

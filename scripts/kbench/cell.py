@@ -1,6 +1,7 @@
 """The cell contract: one typed record per cell result, the only code that reads or writes a cell JSON.
 
-A result always has status ok | failed | unsupported. `failed` and `unsupported` carry an error (type, message) and no
+A result always has status ok | failed | unsupported | oom (the batch did not fit in the device's memory: the
+framework's own error, or the batch study's rung below already did not). All but ok carry an error (type, message) and no
 timing, so the tables can show "failed: <type>" or "n/a: <reason>" without stopping the other cells. A fit cell records
 its loss at the first and last timed step ("loss"), a cell that built its model its parameter counts ("params") and
 the dtypes its steps ran in ("numerics").
@@ -17,7 +18,7 @@ from datetime import datetime, timezone
 from kbench import files
 
 SCHEMA_VERSION = 6
-STATUSES = ("ok", "failed", "unsupported")
+STATUSES = ("ok", "failed", "unsupported", "oom")
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
 # (5: timing had no synced blocks, block_ms; such a record of one repeat gets no within-run interval.)
 _ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1, "energy": None, "equivalence": None},
@@ -107,7 +108,7 @@ class CellResult:
         error = self.error or {}
         if self.status == "unsupported":    # configured n/a (NotApplicable) or the adapter's own (NotSupported)
             return f"{'n/a' if error.get('type') == 'NotApplicable' else 'unsupported'}: {error.get('message')}"
-        return f"failed: {error.get('type')}"
+        return f"{self.status}: {error.get('type')}"
 
     def row(self) -> dict:
         """The flat view: every statistic and provenance field a table or a comparison reads, one level deep."""

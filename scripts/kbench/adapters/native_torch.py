@@ -32,6 +32,11 @@ _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "diff
 COMPILE_MODE = "reduce-overhead"     # the anchor's mode: CUDA graphs on a GPU, plain inductor on a CPU
 
 
+def _mode(spec) -> str:
+    """torch.compile's mode: the anchor's, or the tuned profile's (settings.compile_mode)."""
+    return spec["settings"].get("compile_mode", COMPILE_MODE)
+
+
 def backend() -> Backend:
     return Backend(name="torch", package_versions=lambda: _hooks.package_versions(_PACKAGES), **_hooks.torch_hooks())
 
@@ -193,7 +198,7 @@ def _generate(model, prompt, spec, device):
     # caller: the static cache, then torch.compile of the model's forward, as their docs give.
     own_compile = hasattr(transformers, "CompileConfig")
     extra = {"disable_compile": not compiled,
-             "compile_config": transformers.CompileConfig(mode=COMPILE_MODE) if compiled else None} if own_compile else {}
+             "compile_config": transformers.CompileConfig(mode=_mode(spec)) if compiled else None} if own_compile else {}
     config = transformers.GenerationConfig(
         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
         eos_token_id=None, pad_token_id=0, cache_implementation="static" if compiled else None, **extra)
@@ -207,9 +212,9 @@ def _generate(model, prompt, spec, device):
             raise NotSupported(f"transformers {transformers.__version__} has no static KV cache for "
                                f"{type(model).__name__} (compiled decoding needs one)")
         # not fullgraph=True (the 4.38 docs'): 4.38.1's Gemma mask has a data-dependent branch dynamo cannot trace
-        model.forward = torch.compile(model.forward, mode=COMPILE_MODE)
+        model.forward = torch.compile(model.forward, mode=_mode(spec))
     # "model": the anchor's torch.compile(model) then generate, which reaches the uncompiled forward
-    generating = torch.compile(model, mode=COMPILE_MODE) if site == "model" else model
+    generating = torch.compile(model, mode=_mode(spec)) if site == "model" else model
     seen = {}
 
     def step():
@@ -373,13 +378,13 @@ MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal
 
 # ---------------------------------------------------------------- shared step paths
 
-def _compile(target):
-    return torch.compile(target, mode=COMPILE_MODE)
+def _compile(target, spec):
+    return torch.compile(target, mode=_mode(spec))
 
 
 def _maybe_compile(module, spec):
     """The module compiled where the cell's compile site is the module."""
-    return _compile(module) if spec["settings"]["compile_site"] == "module" else module
+    return _compile(module, spec) if spec["settings"]["compile_site"] == "module" else module
 
 
 def _is_compiled(target) -> bool:
@@ -439,6 +444,8 @@ def _optimizer(kind: str, spec: dict, parameters):
         return torch.optim.SGD(parameters, lr=lr, momentum=o["momentum"])
     cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[kind]
     extra = {"weight_decay": o["weight_decay"]} if kind == "adamw" else {}
+    if spec["settings"].get("fused_optimizer"):     # the tuned profile: one fused kernel for the whole step
+        extra["fused"] = True
     return cls(parameters, lr=lr, betas=(o["beta_1"], o["beta_2"]), eps=o["epsilon"], **extra)
 
 
@@ -461,7 +468,7 @@ def _fit(module, inputs, spec, optimizer, loss, outputs, evidence=None) -> Workl
         return value.detach()
     # "train-step": zero_grad, forward, loss, backward and optimizer step compiled as one function (the anchor's
     # torch.compile(train_fn)); dynamo breaks it into graphs at backward and compiles the optimizer step apart
-    train = _compile(train) if spec["settings"]["compile_site"] == "train-step" else train
+    train = _compile(train, spec) if spec["settings"]["compile_site"] == "train-step" else train
     seen = {}
 
     def step():
@@ -470,6 +477,7 @@ def _fit(module, inputs, spec, optimizer, loss, outputs, evidence=None) -> Workl
         # Trainer's per-step isnan check did): every column's fit does the same host work, one device sync a step.
         return train().item()
     return _workload(module, step, spec, seen, evidence=lambda: {**_evidence(forward, train, "train-step"),
+                                                                  "fused_optimizer": bool(optimizer.defaults.get("fused")),
                                                                   **(evidence or {})},
                      outputs=_inference_outputs(module, lambda: outputs(_call(forward, inputs)), autocast))
 
@@ -484,7 +492,7 @@ def _predict(module, inputs, spec, outputs, evidence=None) -> Workload:
 def _inference(module, forward, run, spec, device, autocast, outputs, evidence=None) -> Workload:
     """A no-grad step of `run` (compiled whole where the compile site is "step"), its compute dtype noted;
     outputs(run()) -> {name: tensor}, the equivalence check's view of it."""
-    run = _compile(run) if spec["settings"]["compile_site"] == "step" else run
+    run = _compile(run, spec) if spec["settings"]["compile_site"] == "step" else run
     seen = {}
 
     def step():

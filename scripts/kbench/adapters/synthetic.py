@@ -2,7 +2,8 @@
 
 spec["arch"]: {"matrix_size": N}; spec["task_options"]:
   fault: None | "raise" | "exit" | "killed" (SIGKILL, as the OOM killer sends it) | "oom" (allocates until a memory
-         limit stops it; gives up at 16 GiB) | "segv" (a native crash) | "hang" | "hang-child" (hangs after starting a
+         limit stops it; gives up at 16 GiB) | "device-oom" (raises OutOfMemoryError, as torch does when a batch does
+         not fit on the GPU) | "segv" (a native crash) | "hang" | "hang-child" (hangs after starting a
          child process that ignores SIGTERM and would outlive it) (all while building) | "step" (every step raises) | "overflow" (a fit
          whose float16 loss overflows to inf, as an fp16 run without loss scaling can); or the environment variable
          KBENCH_SYNTHETIC_FAULT (a framework's env: one column per fault)
@@ -88,6 +89,10 @@ def prepare(spec: dict) -> dict:
     return {}
 
 
+class OutOfMemoryError(RuntimeError):
+    """torch.OutOfMemoryError's name and words, without torch."""
+
+
 def _matmul(spec: dict, rng) -> Workload:
     options = spec["task_options"]
     fault = options.get("fault") or os.environ.get("KBENCH_SYNTHETIC_FAULT")
@@ -112,6 +117,8 @@ def _matmul(spec: dict, rng) -> Workload:
     if fault == "oom":
         hoard = [np.ones(2**24) for _ in range(128)]        # 128 MiB at a time, every page touched
         raise RuntimeError(f"no memory limit stopped an allocation of {len(hoard) // 8} GiB")
+    if fault == "device-oom":
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a stand-in)")
     if fault == "hang":
         time.sleep(3600)
     time.sleep(float(options.get("build_s") or os.environ.get("KBENCH_SYNTHETIC_BUILD_S") or 0))

@@ -29,7 +29,7 @@ import yaml
 from kbench import cell, host, records, timing
 from kbench.host import REPO
 from kbench.plan import departures, matrix
-from kbench.results import facts, tables
+from kbench.results import batch, facts, tables, tuning
 from kbench.files import BadFile, kind, parse_json, read_bytes, read_text, refuse, text, unreadable
 
 MANIFEST = "MANIFEST.sha256"
@@ -291,7 +291,8 @@ def _top(archive: Path) -> str:
 def consistency(run: Run) -> list[str]:
     problems = []
     long_names = sorted(name for name in run.files
-                        if name.startswith(f"tables/{run.suite}/") and name.endswith("/cells_long.csv"))
+                        if name.startswith(f"tables/{run.suite}/") and name.endswith(("/cells_long.csv",
+                                                                                         "/batch_cells_long.csv")))
     cells = run.cells()
     if not long_names:
         return [f"tables/{run.suite}/<profile>/cells_long.csv: missing, cells cannot be checked against the tables"]
@@ -360,7 +361,17 @@ def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult
                      config["precision_study"]["baseline"], config["precision_study"]["claims"],
                      departures.unreproduced(config, profile), equivalence(profile),
                      config["equivalence"]["differences"])
-    departures.write(config["departures"], config["profile_defs"], out)
+    for profile in config["profiles"]:          # the batch study's tables, where the suite ran its ladder
+        rungs = [r for c in matrix.batch_cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
+        if rungs:
+            batch.build(rungs, matrix.ladder_frameworks(config, suite), matrix.keras3_frameworks(config),
+                        matrix.native_torch_frameworks(config), matrix.ladder_rows(config, suite),
+                        config["batch_study"]["tolerance"], config["accelerator"] != "cpu", out / profile, profile)
+    tuned = [p for p in config["profiles"] if config["profile_defs"][p].get("tunes")]
+    if tuned and "strict" in config["profiles"]:
+        tuning.build(out / "strict", out / tuned[0], config["frameworks"], matrix.keras3_frameworks(config),
+                     matrix.native_torch_frameworks(config), config["accelerator"] != "cpu", out)
+    departures.write(config["departures"], config["profile_defs"], out, config.get("tuning") or [])
 
 
 def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[str]:

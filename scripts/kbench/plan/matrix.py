@@ -74,14 +74,17 @@ def check_references(config: dict, repo: Path = REPO) -> None:
                               f"{lock} for accelerator {config['accelerator']!r}; stacks with one: "
                               f"{', '.join(stacks_with_lock(config['accelerator'], repo))}")
     for i, rule in enumerate(config["not_applicable"]):
-        _require(rule["framework"], frameworks, f"not_applicable[{i}].framework")
-        _require(rule["model"], models, f"not_applicable[{i}].model")
-        tasks = models[rule["model"]]["tasks"]
-        if not any(fnmatch(task, rule["task"]) for task in tasks):
+        _check_patterns({"framework": rule["framework"], "model": rule["model"]}, config, f"not_applicable[{i}]")
+        matched = [m for m in models if matches(rule["model"], m)]
+        tasks = sorted({t for m in matched for t in models[m]["tasks"]})
+        if not any(matches(rule["task"], task) for task in tasks):
             raise ConfigError(f"config key not_applicable[{i}].task: {rule['task']!r} matches no task of "
                               f"{rule['model']}; allowed: {', '.join(tasks)} or a pattern such as '*'")
         if "precision" in rule:
-            _require(rule["precision"], models[rule["model"]]["precisions"], f"not_applicable[{i}].precision")
+            known = sorted({p for m in matched for p in models[m]["precisions"]})
+            if not any(matches(rule["precision"], p) for p in known):
+                raise ConfigError(f"config key not_applicable[{i}].precision: {rule['precision']!r} matches no "
+                                  f"precision of {rule['model']}; allowed: {', '.join(known)} or a pattern")
     for i, claim in enumerate(config["precision_study"]["claims"]):
         _require(claim.get("baseline", config["precision_study"]["baseline"]), precision.PRECISIONS,
                  f"precision_study.claims[{i}].baseline")
@@ -96,12 +99,46 @@ def check_references(config: dict, repo: Path = REPO) -> None:
         _check_patterns(rule, config, f"equivalence.differences[{i}]")
     for i, rule in enumerate(config["not_compilable"]):
         _check_patterns(rule, config, f"not_compilable[{i}]")
+    check_batch_study(config)
+    check_tuning(config)
     for departure in config["departures"]:
         key = f"departures[{departure['id']}]"
         for profile in departure["kept_by"]:
             _require(profile, config["profile_defs"], f"{key}.kept_by")
         for j, rule in enumerate(departure.get("applies", [])):
             _check_patterns(rule, config, f"{key}.applies[{j}]")
+
+
+# The tuned profile's settings (config `tuning`): each key, the adapters that honour it and the values allowed.
+TUNING = {
+    "compile_mode": {"adapters": ("native_torch",),
+                     "values": ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")},
+    "fused_optimizer": {"adapters": ("native_torch",), "values": (True,)},
+}
+
+
+def check_tuning(config: dict) -> None:
+    """Every tuning entry cites its source and sets only known settings, each for columns whose adapter has it."""
+    for i, entry in enumerate(config.get("tuning") or []):
+        key = f"tuning[{entry.get('id', i)}]"
+        if not str(entry.get("source") or "").strip():
+            raise ConfigError(f"config key {key}.source: missing; allowed: the framework's documentation that "
+                              "recommends the setting for performance (a URL or file, with its words)")
+        for j, rule in enumerate(entry["applies"]):
+            _check_patterns(rule, config, f"{key}.applies[{j}]")
+            for name, value in rule["settings"].items():
+                where = f"{key}.applies[{j}].settings.{name}"
+                if name not in TUNING:
+                    raise ConfigError(f"config key {where}: not a tuning setting; allowed: {', '.join(TUNING)}")
+                if value not in TUNING[name]["values"]:
+                    raise ConfigError(f"config key {where}: {value!r} is not allowed; allowed: "
+                                      f"{', '.join(map(str, TUNING[name]['values']))}")
+                for framework in config["framework_defs"]:
+                    adapter = adapter_of(config, framework)
+                    if matches(rule.get("framework"), framework) and adapter not in TUNING[name]["adapters"]:
+                        raise ConfigError(f"config key {where}: column {framework} (adapter {adapter}) has no "
+                                          f"{name}; allowed for columns of adapter "
+                                          f"{', '.join(TUNING[name]['adapters'])}")
 
 
 def matches(pattern: str | None, name: str) -> bool:
@@ -128,8 +165,9 @@ def not_applicable_reason(config: dict, model: str, task: str, framework: str,
     if gpu_only and config["accelerator"] == "cpu":
         return gpu_only
     for rule in config["not_applicable"]:
-        if (rule["framework"] == framework and rule["model"] == model and fnmatch(task, rule["task"])
-                and rule.get("precision", precision_name) == precision_name):
+        if (matches(rule["framework"], framework) and matches(rule["model"], model) and matches(rule["task"], task)
+                and (precision_name is None or matches(rule.get("precision"), precision_name))
+                and rule.get("accelerator", config["accelerator"]) == config["accelerator"]):
             return rule["reason"]
     return None
 
@@ -152,6 +190,108 @@ def cells(config: dict, suite: str | None = None) -> list[Cell]:
     return [dataclasses.replace(c, profile=profile) for profile in config["profiles"] for c in found]
 
 
+# ---------------------------------------------------------------- the batch study's ladders
+
+def ladder(config: dict, suite: str) -> dict | None:
+    """The suite's batch ladder (config batch_study.ladders.<suite>), or None: the study is off, the suite is not in
+    batch_study.suites, or it has no ladder."""
+    study = config.get("batch_study") or {}
+    runs = study.get("enabled") and suite in (study.get("suites") or [])
+    return (study.get("ladders") or {}).get(suite) if runs else None
+
+
+def ladder_frameworks(config: dict, suite: str) -> list[str]:
+    """The ladder's columns that are selected, in the config's column order."""
+    chosen = (ladder(config, suite) or {}).get("frameworks")
+    return [f for f in config["frameworks"] if chosen is None or f in chosen]
+
+
+def own_batches(config: dict, suite: str, model: str, task: str) -> list[int]:
+    """The batches the benchmark's own table runs for a model's task in a suite (the published ones, or the size's)."""
+    model_def = config["model_defs"][model]
+    size_def = model_def["sizes"][config["suites"][suite]["size"]]
+    return list(size_def.get("batch_sizes", {}).get(task, model_def["tasks"][task]["batch_sizes"]))
+
+
+def ladder_rows(config: dict, suite: str) -> dict[tuple, int]:
+    """(model, task, precision) -> the row's own batch (its largest), for every row of the suite's ladder."""
+    rows = (ladder(config, suite) or {}).get("rows") or {}
+    return {(model, task, name): max(own_batches(config, suite, model, task))
+            for model, entry in rows.items() if model in config["models"]
+            for task in entry if task != "precisions" for name in entry["precisions"]}
+
+
+def batch_cells(config: dict, suite: str | None = None) -> list[Cell]:
+    """The batch study's cells of a suite: every rung of each selected model's ladder, in the ladder's selected
+    columns and precisions, per profile; a rung at the row's own batch is the benchmark's own cell (the same id)."""
+    suite = suite or config["suite"]
+    found = []
+    for model, rows in ((ladder(config, suite) or {}).get("rows") or {}).items():
+        if model not in config["models"]:
+            continue
+        precisions = [p for p in rows["precisions"] if p in config["precisions"]]
+        for task, rungs in rows.items():
+            if task == "precisions":
+                continue
+            for batch in rungs:
+                for name in precisions:
+                    for framework in ladder_frameworks(config, suite):
+                        found.append(Cell(suite, "", model, task, batch, name, framework,
+                                          not_applicable_reason(config, model, task, framework, name)))
+    return [dataclasses.replace(c, profile=profile) for profile in config["profiles"] for c in found]
+
+
+def every_cell(config: dict, suite: str | None = None) -> list[Cell]:
+    """The suite's cells: the benchmark's own, then the batch study's other rungs (each cell once)."""
+    own = cells(config, suite)
+    ids = {c.cell_id for c in own}
+    return own + [c for c in batch_cells(config, suite) if c.cell_id not in ids]
+
+
+def previous_rung(config: dict, c: Cell) -> Cell | None:
+    """The rung a study cell waits for: above the row's own batches each rung runs only after the one below it (so
+    a column's ladder stops at its first out-of-memory rung); at or below them, none (a smaller batch fits where
+    the row's own does)."""
+    rows = ((ladder(config, c.suite) or {}).get("rows") or {}).get(c.model) or {}
+    rungs = sorted(rows.get(c.task) or [])
+    if c.batch_size not in rungs or c.batch_size <= max(own_batches(config, c.suite, c.model, c.task)):
+        return None
+    below = rungs[rungs.index(c.batch_size) - 1]
+    return dataclasses.replace(c, batch_size=below)
+
+
+def check_batch_study(config: dict) -> None:
+    """The ladders' names and rungs, each message naming the key and what is allowed."""
+    study = config.get("batch_study") or {}
+    for i, suite in enumerate(study.get("suites") or []):
+        _require(suite, study.get("ladders") or {}, f"batch_study.suites[{i}] (see batch_study.ladders)")
+    for suite, entry in (study.get("ladders") or {}).items():
+        key = f"batch_study.ladders.{suite}"
+        _require(suite, config["suites"], key.rsplit(".", 1)[0] + " (see suites)")
+        for i, framework in enumerate(entry.get("frameworks") or []):
+            _require(framework, config["framework_defs"], f"{key}.frameworks[{i}] (see framework_defs)")
+        for model, rows in (entry.get("rows") or {}).items():
+            _require(model, config["model_defs"], f"{key}.rows (see model_defs)")
+            model_def = config["model_defs"][model]
+            for i, name in enumerate(rows["precisions"]):
+                _require(name, model_def["precisions"], f"{key}.rows.{model}.precisions[{i}] ({model}'s precisions)")
+            for task, rungs in rows.items():
+                if task == "precisions":
+                    continue
+                _require(task, model_def["tasks"], f"{key}.rows.{model} (a task of {model}, or precisions)")
+                where = f"{key}.rows.{model}.{task}"
+                if not isinstance(rungs, list):
+                    raise ConfigError(f"config key {where}: {rungs!r} is not a ladder; allowed: a list of batch sizes, "
+                                      "integers from 1, each once ([]: none for this task)")
+                for j, batch in enumerate(rungs):
+                    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+                        raise ConfigError(f"config key {where}[{j}]: {batch!r} is not a batch size; allowed: "
+                                          "integers from 1")
+                    if batch in rungs[:j]:
+                        raise ConfigError(f"config key {where}[{j}]: batch {batch} is listed twice; allowed: each "
+                                          "batch size once")
+
+
 def repeats(config: dict, suite: str) -> int:
     """How many fresh processes run each cell: config `repeats`, else the suite's own."""
     return config["repeats"] or config["suites"][suite]["repeats"]
@@ -163,6 +303,10 @@ def stack_of(config: dict, framework: str) -> str:
 
 def adapter_of(config: dict, framework: str) -> str:
     return config["framework_defs"][framework]["adapter"]
+
+
+def native_torch_frameworks(config: dict) -> list[str]:
+    return [f for f in config["frameworks"] if adapter_of(config, f) == "native_torch"]
 
 
 def keras3_frameworks(config: dict) -> list[str]:
@@ -181,7 +325,8 @@ def cell_env(config: dict, framework: str, cell_settings: dict) -> dict:
 
 def settings(config: dict, profile: str, model: str, task: str, framework: str) -> dict:
     """A cell's settings: config `settings` and its framework's jit_compile, then, in list order, every departure its
-    profile keeps that applies to the cell; a cell its framework cannot compile runs uncompiled in any profile."""
+    profile keeps that applies to the cell, then (a profile that tunes) every `tuning` setting that applies to it; a
+    cell its framework cannot compile runs uncompiled in any profile."""
     base = config["settings"]
     jit = config["framework_defs"][framework]["jit_compile"]
     resolved = {"tf32": base["tf32"], "warmup": base["warmup"], "sync_blocks": base["sync_blocks"], "jit_compile": jit}
@@ -194,6 +339,11 @@ def settings(config: dict, profile: str, model: str, task: str, framework: str) 
             for rule in departure.get("applies", []):
                 if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
                     resolved.update(rule.get("settings", {}))
+    if config["profile_defs"][profile].get("tunes"):
+        for entry in config.get("tuning") or []:
+            for rule in entry["applies"]:
+                if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
+                    resolved.update(rule["settings"])
     for rule in config["not_compilable"]:
         if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
             resolved.update(jit_compile=False, not_compilable=rule["reason"])

@@ -1,6 +1,7 @@
 """The report's first page: the answer first. Per row of this run the fastest column (and every column not shown to
 differ from it), with the row's flags; what changed since the previous comparable run (kbench.lifecycle.history); the
-published findings re-tested on this run, each with the rows it rests on; and the published A100 table with each
+published findings re-tested on this run, each with the rows it rests on; the batch study's verdict per row (where
+it ran); and the published A100 table with each
 number's implied TFLOP/s, which shows what those numbers can and cannot have been.
 
     python -m kbench.report.first_page --suite S --tables DIR --history DIR --config-json JSON --out first_page.html
@@ -248,6 +249,22 @@ def build(config: dict, suite: str, tables_dir: Path, store: Path) -> tuple[str,
         section(f"The published findings, re-tested on this run (profile {profile})",
                 finding_verdicts(config["published"]["findings"], summary, keras3,
                                  config["precision_study"]["claims"], config["precision_study"]["baseline"], on_gpu))
+        if matrix.batch_cells(config, suite):
+            section(f"The batch study: a step's fixed cost against its cost per example (profile {profile})",
+                    pd.read_csv(tables_dir / profile / "batch_verdicts.csv"),
+                    f"The claim: \u201c{config['batch_study']['claim']['quote']}\u201d. It holds for a row where the "
+                    "native column's fixed cost per step (a in ms/step = a + c x batch) is larger than the best Keras "
+                    "3 column's, intervals apart, and its gap to that column shrinks as the batch grows (batch_fit, "
+                    "batch_curves; docs/batch-study.md). " + device_note)
+    tuned = [p for p in config["profiles"] if config["profile_defs"][p].get("tunes")]
+    if tuned and "strict" in config["profiles"]:
+        section("Out of the box against tuned: Keras 3 strict, native PyTorch tuned",
+                pd.read_csv(tables_dir / "tuning_verdicts.csv"),
+                "The finding: Keras 3 gives the best out-of-the-box performance, while native PyTorch usually needs "
+                "its user's tuning. It holds for a row where the best Keras 3 column in strict is not shown slower "
+                "than the best native column tuned (its framework's documented settings, config `tuning`), and "
+                "native's tuning gain is larger than that Keras 3 column's, intervals apart (tuning_gain; "
+                "docs/profiles.md). " + device_note)
     anchor = summaries.get("anchor") if config["suites"][suite]["size"] == "paper" else None
     section("The published A100 table, and what its numbers imply", published_table(config, suite, anchor),
             f"{config['published']['source']}, on {config['published']['device']}. Implied TFLOP/s = model FLOPs "

@@ -61,7 +61,7 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
                capsize=3)
         for i, f in enumerate(present):
             if by_framework.at[f, "status"] != "ok":
-                text = "n/a" if by_framework.at[f, "status"] == "unsupported" else "failed"
+                text = {"unsupported": "n/a", "oom": "oom"}.get(by_framework.at[f, "status"], "failed")
                 ax.text(i, 0, text, rotation=90, ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
         flag = ("params differ: " + parity.get(key, "")) if parity.get(key, "") else ""

@@ -234,6 +234,15 @@ def allocated_cpus() -> list[int] | None:
 
 # ---------------------------------------------------------------- one cell, start to end
 
+def ladder_stopped(below: cell.CellResult | None) -> dict | None:
+    """The batch study's ladder stops at a column's first oom: a rung whose rung below ran out of memory is not run,
+    and its error says which batch did (None: run it)."""
+    if below is None or below.status != "oom":
+        return None
+    return cell.error_info("LadderStopped", f"not run: batch {below.spec['batch_size']} already ran out of memory "
+                                            f"({(below.error or {}).get('type')})")
+
+
 def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
              timeout_s: float | None = None, repeat: int = 1, memory_mb: int | None = None,
              cpus: float | None = None, image_archive: str | Path | None = None, module: str = "kbench.run.runner",

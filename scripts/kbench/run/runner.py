@@ -171,7 +171,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
-        result = cell.new_result(spec, provenance, "failed",
+        result = cell.new_result(spec, provenance, "oom" if out_of_memory(exc) else "failed",
                                  cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
     else:
         result = cell.new_result(spec, provenance, "ok")
@@ -203,6 +203,23 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     result.provenance["finished_utc"] = cell.utc_now()
     result.repeat = int(context.get("repeat", 1))
     return result
+
+
+# How each framework says a batch did not fit: torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), TF's and
+# Paddle's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED status (jaxlib's XlaRuntimeError), the host's MemoryError.
+OOM_TYPES = ("OutOfMemoryError", "ResourceExhaustedError", "MemoryError")
+OOM_TEXT = ("RESOURCE_EXHAUSTED", "CUDA out of memory", "out of memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """The exception, or one it was raised from (Keras re-raises the backend's), says the batch did not fit."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ in OOM_TYPES or any(text in str(exc) for text in OOM_TEXT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 # Variables that can change what a cell measures (threads, allocators, XLA and TF flags, devices, TF32, NCCL): the

@@ -1,0 +1,210 @@
+"""The batch study: the cost model recovers a known fixed cost and per-example cost (and its knee), the claim's verdict
+reads each case right, the ladders' bad input is one line, and a rung above an oom rung is not run."""
+import copy
+import random
+
+import pandas as pd
+import pytest
+
+from kbench import cell
+from kbench.plan import config_check, matrix
+from kbench.results import batch, stats
+from kbench.run import launch, runner
+
+from conftest import CONFIG, REPO
+from dag import plan
+
+A, C, FULL, KNEE = 4.0, 0.25, 32, 64   # ms, ms per example, the device full from batch 32, the first rung off the line
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def true_ms(b: int) -> float:
+    """A step's time: a + c x b while the device has room; past batch FULL each further example costs 4 x as much."""
+    return A + C * b + 3 * C * max(0, b - FULL)
+
+
+def rung(b: int, ms: float, relative_half_width: float) -> batch.Rung:
+    half = relative_half_width * ms
+    return batch.Rung(b, stats.Estimate(ms, ms - half, ms + half, 1, "blocks", (ms,)))
+
+
+def measured(seed: int = 3, spread: float = 0.01) -> list[batch.Rung]:
+    """Each rung measured with noise of `spread` (relative) and an interval of 2 x spread, as the tables give it."""
+    rng = random.Random(seed)
+    return [rung(b, true_ms(b) * (1 + rng.gauss(0, spread)), 2 * spread) for b in BATCHES]
+
+
+def test_the_fit_recovers_a_known_fixed_cost_and_cost_per_example_within_their_intervals():
+    for seed in range(5):
+        found = batch.fit(measured(seed), tolerance=0.10)
+        assert found.a_low <= A <= found.a_high, (seed, found)
+        assert found.c_low <= C <= found.c_high, (seed, found)
+        assert found.knee == KNEE and found.rungs == BATCHES.index(KNEE)
+        assert found.throughput_at_knee == pytest.approx(32 * 1e3 / true_ms(32), rel=0.05)
+
+
+def test_an_unweighted_fit_through_the_knee_misses_what_the_study_recovers():
+    """What the fit must not be: every rung weighted alike, through the knee: its a and c leave the true ones."""
+    rungs = measured()
+    (a, c), _, _ = batch.line([r.batch for r in rungs], [r.estimate.ms for r in rungs], [1.0] * len(rungs))
+    found = batch.fit(rungs, tolerance=0.10)
+    assert not found.a_low <= a <= found.a_high and not found.c_low <= c <= found.c_high
+    assert abs(a - A) > 5 * abs(found.a - A)
+
+
+def test_the_fit_weights_each_rung_by_its_interval():
+    """One imprecise rung far off the line moves a weighted fit little; the line still holds within its interval."""
+    rungs = [rung(b, true_ms(b), 0.005) for b in BATCHES[:6]]
+    rungs[2] = rung(4, true_ms(4) * 1.3, 0.40)
+    found = batch.fit(rungs, tolerance=0.10)
+    assert found.a == pytest.approx(A, rel=0.02) and found.c == pytest.approx(C, rel=0.02)
+
+
+def test_no_fit_from_fewer_than_three_rungs_with_intervals():
+    rungs = [rung(b, true_ms(b), 0.01) for b in (1, 2)]
+    assert batch.fit(rungs, 0.1) is None
+    no_interval = batch.Rung(4, stats.Estimate(true_ms(4), None, None, 1, "none", (1.0,)))
+    assert batch.fit(rungs + [no_interval, rung(8, true_ms(8), 0.01)], 0.1) is None
+
+
+def fitted(a, a_half, c=0.1):
+    return batch.Fit(a, a - a_half, a + a_half, c, c * 0.9, c * 1.1, 4, None, None, 1.0)
+
+
+@pytest.mark.parametrize("native_a, native_half, gaps, expected", [
+    (10.0, 1.0, (3.0, 1.2), batch.HOLDS),           # native's fixed cost larger, gap shrinks
+    (10.0, 1.0, (1.2, 1.5), batch.FAILS),           # larger, but the gap grows with the batch
+    (1.0, 0.5, (3.0, 1.2), batch.FAILS),            # native's fixed cost shown smaller
+    (2.5, 1.0, (3.0, 1.2), batch.NOT_SHOWN),        # intervals of a overlap
+])
+def test_the_claims_verdict(native_a, native_half, gaps, expected):
+    assert batch.verdict(fitted(native_a, native_half), fitted(2.0, 0.3), *gaps) == expected
+    assert batch.verdict(None, fitted(2.0, 0.3), *gaps) == batch.NOT_MEASURED
+
+
+def summary_of(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    frame["status"] = frame.get("status", "ok")
+    frame["repeats"], frame["ci_method"], frame["repeat_means"] = 1, "blocks", "[]"
+    frame["ci_low_ms"], frame["ci_high_ms"] = frame.estimate_ms * 0.98, frame.estimate_ms * 1.02
+    return frame
+
+
+def ladder_rows(framework: str, a: float, c: float) -> list[dict]:
+    return [{"model": "bert", "task": "predict", "precision": "float32", "framework": framework, "batch_size": b,
+             "estimate_ms": a + c * b} for b in (1, 4, 16, 64)]
+
+
+def test_verdicts_on_a_cpu_are_marked_and_the_fastest_column_change_is_bracketed():
+    summary = summary_of(ladder_rows("native-torch-eager", 8.0, 0.1) + ladder_rows("keras3-jax", 2.0, 0.25))
+    fits = batch.fits(summary, 0.1)
+    found = batch.verdicts(summary, fits, {("bert", "predict", "float32"): 64}, ["native-torch-eager"],
+                           ["keras3-jax"], on_gpu=False)
+    assert list(found.verdict) == ["holds (CPU: the pipeline's check)"]
+    assert found.at[0, "best Keras 3"] == "keras3-jax"
+    # native: 8.1, 8.4, 9.6, 14.4; keras: 2.25, 3, 6, 18: keras fastest up to 16, native from 64
+    assert found.at[0, "fastest column changes"] == "keras3-jax -> native-torch-eager between bs 16 and bs 64"
+    on_gpu = batch.verdicts(summary, fits, {("bert", "predict", "float32"): 64}, ["native-torch-eager"],
+                            ["keras3-jax"], on_gpu=True)
+    assert list(on_gpu.verdict) == ["holds"]
+
+
+def test_an_out_of_memory_error_is_oom_in_every_frameworks_words():
+    class OutOfMemoryError(RuntimeError):         # torch.OutOfMemoryError's name
+        pass
+
+    class XlaRuntimeError(RuntimeError):
+        pass
+
+    assert runner.out_of_memory(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert runner.out_of_memory(XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
+    try:
+        try:
+            raise OutOfMemoryError("x")
+        except OutOfMemoryError as inner:
+            raise ValueError("Keras re-raised it") from inner
+    except ValueError as outer:
+        assert runner.out_of_memory(outer)
+    assert not runner.out_of_memory(ValueError("shapes (2, 3) and (4, 5) do not align"))
+
+
+def test_an_oom_record_reads_oom_not_failed():
+    spec = {"cell_id": "x", "suite": "tiny", "model": "bert", "task": "fit", "batch_size": 64, "precision": "float32",
+            "framework": "native-torch-eager", "arch": {}, "inputs": {}, "task_options": {}}
+    record = cell.new_result(spec, {}, "oom", cell.error_info("OutOfMemoryError", "CUDA out of memory"))
+    assert record.text() == "oom: OutOfMemoryError" and record.row()["status"] == "oom"
+
+
+def test_a_rung_above_an_oom_rung_is_not_run_and_says_which_batch_did():
+    spec = {"cell_id": "x", "suite": "tiny", "model": "bert", "task": "fit", "batch_size": 64, "precision": "float32",
+            "framework": "native-torch-eager", "arch": {}, "inputs": {}, "task_options": {}}
+    oom = cell.new_result(spec, {}, "oom", cell.error_info("OutOfMemoryError", "CUDA out of memory"))
+    assert launch.ladder_stopped(oom) == cell.error_info(
+        "LadderStopped", "not run: batch 64 already ran out of memory (OutOfMemoryError)")
+    assert launch.ladder_stopped(cell.new_result(spec, {}, "failed", cell.error_info("RuntimeError", "x"))) is None
+    assert launch.ladder_stopped(None) is None
+
+
+# ---------------------------------------------------------------- the plan
+
+def study_config(**ladder) -> dict:
+    config = copy.deepcopy(CONFIG)
+    config["suite"] = "tiny"
+    config["batch_study"]["ladders"]["tiny"].update(ladder)
+    return config
+
+
+def test_the_tiny_ladder_plans_its_rungs_in_its_columns_and_chains_only_above_the_rows_own_batch():
+    config = study_config(rows={"bert": {"precisions": ["float32"], "fit": [1, 32, 64, 128], "predict": [1, 256]}})
+    cells = matrix.batch_cells(config)
+    assert {c.framework for c in cells} == {"native-torch-eager", "native-torch-compiled", "keras3-jax"}
+    assert sorted({(c.task, c.batch_size) for c in cells}) == [("fit", 1), ("fit", 32), ("fit", 64), ("fit", 128),
+                                                               ("predict", 1), ("predict", 256)]
+    by_batch = {(c.task, c.batch_size): c for c in cells if c.framework == "keras3-jax"}
+    assert matrix.previous_rung(config, by_batch["fit", 1]) is None
+    assert matrix.previous_rung(config, by_batch["fit", 32]) is None          # the row's own batch
+    assert matrix.previous_rung(config, by_batch["fit", 64]).batch_size == 32
+    assert matrix.previous_rung(config, by_batch["fit", 128]).batch_size == 64
+    own = {c.cell_id for c in matrix.cells(config)}
+    assert {c.cell_id for c in cells if c.batch_size in (32, 256)} <= own
+
+
+@pytest.mark.parametrize("rungs, message", [
+    ([1, 0, 4], "config key batch_study.ladders.tiny.rows.bert.fit[1]: 0 is not a batch size; allowed: integers from 1"),
+    ([1, -2], "config key batch_study.ladders.tiny.rows.bert.fit[1]: -2 is not a batch size; allowed: integers from 1"),
+    ([1, 2.5], "config key batch_study.ladders.tiny.rows.bert.fit[1]: 2.5 is not a batch size; allowed: integers from 1"),
+    ([1, "8"], "config key batch_study.ladders.tiny.rows.bert.fit[1]: '8' is not a batch size; allowed: integers from 1"),
+    ([1, 4, 4], "config key batch_study.ladders.tiny.rows.bert.fit[2]: batch 4 is listed twice; allowed: each batch size once"),
+])
+def test_a_bad_rung_is_one_line_naming_it(rungs, message):
+    config = study_config(rows={"bert": {"precisions": ["float32"], "fit": rungs}})
+    with pytest.raises(config_check.ConfigError) as error:
+        config_check.check(config, REPO / "schemas" / "config.schema.yaml")
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("rows, message", [
+    ({"bert": {"precisions": ["float32"], "generate": [1, 2]}},
+     "config key batch_study.ladders.tiny.rows.bert (a task of bert, or precisions): 'generate' is not defined; allowed: fit, predict"),
+    ({"bert": {"precisions": ["bfloat16"], "fit": [1, 2]}},
+     "config key batch_study.ladders.tiny.rows.bert.precisions[0] (bert's precisions): 'bfloat16' is not defined; allowed: float32, mixed_bfloat16, mixed_float16, tf32"),
+    ({"bart": {"precisions": ["float32"], "fit": [1, 2]}},
+     "config key batch_study.ladders.tiny.rows (see model_defs): 'bart' is not defined; allowed: "),
+])
+def test_a_ladder_the_model_does_not_have_is_one_line(rows, message):
+    config = study_config(rows=rows)
+    with pytest.raises(config_check.ConfigError) as error:
+        config_check.check(config, REPO / "schemas" / "config.schema.yaml")
+    assert str(error.value).startswith(message)
+
+
+def test_a_planned_study_has_its_rungs_and_its_tables(tmp_path):
+    """The real workflow, planned in process: the tiny suite's ladder cells and one study job per profile."""
+    found = plan("-n", "--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "frameworks=[native-torch-eager,keras3-jax]",
+                 "models=[bert]", "precisions=[float32]", cwd=REPO)
+    assert found.ok, found.log[-2000:]
+    cells = found.outputs("results/cells/tiny/strict/bert/")
+    for task, b in (("fit", 1), ("fit", 4), ("fit", 16), ("predict", 1), ("predict", 16), ("predict", 64)):
+        assert f"results/cells/tiny/strict/bert/{task}/bs{b}/float32/keras3-jax.r1.json" in cells
+    assert not any("native-torch-compiled" in c for c in cells)        # a ladder column not selected: not run
+    assert found.counts()["batch_study"] == 1
