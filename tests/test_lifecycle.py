@@ -517,3 +517,19 @@ def test_the_readmes_verify_walkthrough_runs_as_printed(packed_run, tmp_path):
     proc = subprocess.run(check, shell=True, cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{CELL}: altered" in proc.stdout + proc.stderr
+
+
+def test_verify_rebuilds_the_equivalence_table_in_the_jobs_order_not_the_paths():
+    """An archive lists equivalence/<suite>/<profile>/<model>/{keras3-jax,native-torch-eager,reference}.json in path
+    order; rule tables got them reference first, then the columns in config order: the rebuilt table must too (the
+    demo's archive failed verify on equivalence_long.csv before)."""
+    config = {**CONFIG, "models": ["bert"], "frameworks": ["native-torch-eager", "keras3-jax"]}
+
+    def job(name, framework):
+        spec = {"cell_id": f"tiny/strict/equivalence/bert/{name}", "model": "bert", "framework": framework,
+                "reference": None if name == "reference" else "reference"}
+        return cell.new_result(spec, {}, "ok")
+    in_paths = [job("keras3-jax", "keras3-jax"), job("native-torch-eager", "native-torch-eager"),
+                job("reference", "keras3-jax")]
+    ordered = sorted(in_paths, key=archive.job_order(config))
+    assert [r.cell_id.rsplit("/", 1)[1] for r in ordered] == ["reference", "native-torch-eager", "keras3-jax"]

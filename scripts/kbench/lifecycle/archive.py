@@ -351,15 +351,27 @@ def timing_arithmetic(result: cell.CellResult) -> list[str]:
     return found
 
 
+def job_order(config: dict):
+    """The order rule tables gives the equivalence jobs (rules/common.smk equivalence_jsons): per model, the reference
+    job, then the columns in the config's order; the tables keep it (a path order rebuilds a different CSV)."""
+    def key(job: cell.CellResult):
+        spec = job.spec
+        return (config["models"].index(spec["model"]) if spec["model"] in config["models"] else len(config["models"]),
+                spec.get("reference") is not None,
+                config["frameworks"].index(spec["framework"]) if spec["framework"] in config["frameworks"] else -1)
+    return key
+
+
 def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult]], out: Path,
                  equivalence=lambda profile: []) -> None:
     """Every profile's tables and the departures page, as rules tables and departures make them, into out/
     (equivalence(profile): that profile's equivalence jobs)."""
+    in_job_order = job_order(config)
     for profile in config["profiles"]:
         in_run_order = [r for c in matrix.cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
         tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile, profile,
                      config["precision_study"]["baseline"], config["precision_study"]["claims"],
-                     departures.unreproduced(config, profile), equivalence(profile),
+                     departures.unreproduced(config, profile), sorted(equivalence(profile), key=in_job_order),
                      config["equivalence"]["differences"])
     for profile in config["profiles"]:          # the batch study's tables, where the suite ran its ladder
         rungs = [r for c in matrix.batch_cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
