@@ -115,10 +115,13 @@ def podman_run(tmp_path_factory, built):
                     jax_numpy=True, batch_study=True, built=built)
 
 
-# The tuned profile in CI: BERT in the native compiled column and keras3-jax, tuned beside the podman run's strict
-# cells (a copy of its results folder: 4 tuned cells run, the strict ones are read), the gain table, its verdict and
-# the departures page. The tuned cells' equivalence check runs in the tiny suite (docs/profiles.md), not here.
+# The tuned profile in CI: BERT fit in the native compiled column (max-autotune, the fused AdamW) and keras3-jax,
+# tuned beside the podman run's strict cells (a copy of its results folder: 2 tuned cells run, the strict ones are
+# read), the gain table, its verdict and the departures page. BERT predict is n/a here (one row is enough to show the
+# profile); the tuned cells' equivalence check runs in the tiny suite (docs/profiles.md), not here.
 TUNED_COLUMNS = ["native-torch-compiled", "keras3-jax"]
+TUNED_NOT_RUN = [{"framework": "native-torch-compiled|keras3-jax", "model": "bert", "task": "predict",
+                  "reason": "not run in CI: one row shows the tuned profile"}]
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +130,8 @@ def tuned_run(podman_run, tmp_path_factory):
     results = tmp_path_factory.mktemp("results-tuned") / "results"
     shutil.copytree(podman_results, results, ignore=shutil.ignore_patterns("*.tar", "archive", "history"))
     overlay = yaml.safe_load((podman_results / "overlay.yaml").read_text())
-    overlay.update(equivalence={"enabled": False}, batch_study={"enabled": False}, jax_numpy={"enabled": False})
+    overlay.update(equivalence={"enabled": False}, batch_study={"enabled": False}, jax_numpy={"enabled": False},
+                   not_applicable=overlay["not_applicable"] + TUNED_NOT_RUN)
     (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     proc = snakemake("--cores", "all", "--configfile", str(results / "overlay.yaml"), "--set-threads", *SIDE_BY_SIDE,
                      "--config", "suite=tiny", "accelerator=cpu", "runtime=podman", f"results_dir={results}",
@@ -881,9 +885,9 @@ def test_the_tuned_profile_runs_its_settings_and_reports_each_columns_gain(tuned
     """Only the tuned cells ran (the strict ones are the podman run's), each did what its tuned settings say, and the
     gain table, its verdict and the departures page are there."""
     tuned = {r.cell_id: r for r in cells(tuned_run) if r.spec["profile"] == "tuned"}
-    assert sorted(tuned) == sorted(f"tiny/tuned/bert/{task}/bs{b}/float32/{f}" for task, b in (("fit", 32),
-                                   ("predict", 256)) for f in TUNED_COLUMNS)
-    assert all(r.status == "ok" for r in tuned.values()), {k: r.error for k, r in tuned.items()}
+    ran = {k: r for k, r in tuned.items() if "/fit/" in k}
+    assert sorted(ran) == sorted(f"tiny/tuned/bert/fit/bs32/float32/{f}" for f in TUNED_COLUMNS)
+    assert all(r.status == "ok" for r in ran.values()), {k: r.error for k, r in ran.items()}
     compiled_fit = tuned["tiny/tuned/bert/fit/bs32/float32/native-torch-compiled"]
     assert compiled_fit.spec["settings"]["compile_mode"] == "max-autotune" and compiled_fit.evidence["jit_compile"]
     assert compiled_fit.evidence["fused_optimizer"] is True
@@ -891,7 +895,7 @@ def test_the_tuned_profile_runs_its_settings_and_reports_each_columns_gain(tuned
     assert strict.evidence["fused_optimizer"] is False
     assert strict == cell.read(podman_run[-1] / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-compiled.r1.json")
     gains = pd.read_csv(tuned_run / "tables/tiny/tuning_gain.csv")
-    assert sorted(gains.framework) == sorted(TUNED_COLUMNS * 2) and (gains["gain x"] > 0).all()
+    assert sorted(gains.framework) == sorted(TUNED_COLUMNS) and (gains["gain x"] > 0).all()
     verdicts = pd.read_csv(tuned_run / "tables/tiny/tuning_verdicts.csv")
     assert len(verdicts) == 2 and all(v == "not measured" or v.endswith("(CPU: the pipeline's check)")
                                       for v in verdicts.verdict)

@@ -188,6 +188,23 @@ def test_report_renders_in_headless_chromium_with_tables_plots_and_run_facts(fin
     assert "Save as SVG" in text
 
 
+@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("tesseract"))
+                    and not os.environ.get("KBENCH_REQUIRE_CHROMIUM"),
+                    reason="needs Debian's chromium and tesseract-ocr (.ci/run installs them and requires this test)")
+@pytest.mark.workflow
+def test_the_report_opens_on_its_answer_in_a_common_window(finished_run):
+    """As a person sees it: the report in a 1366x768 window, screenshot, read back by OCR. The headline's title is in
+    the visible part (the landing page once opened mid-page, its top out of reach, while the DOM had everything).
+    The screenshot stays beside the report for a person to look at."""
+    shot = finished_run / "report" / "tiny-1366x768.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1366,768", "--virtual-time-budget=15000", f"--screenshot={shot}",
+                    (finished_run / "report" / "tiny.html").as_uri()], capture_output=True, timeout=120, check=True)
+    seen = " ".join(subprocess.run(["tesseract", str(shot), "stdout"], capture_output=True, text=True,
+                                   timeout=120, check=True).stdout.split())
+    assert "Headline, profile strict: the fastest column of each row" in seen, seen[:1500]
+
+
 @pytest.mark.workflow
 def test_the_departures_page_lists_every_configured_departure(finished_run):
     page = (finished_run / "tables" / "tiny" / "departures.html").read_text()

@@ -214,6 +214,14 @@ def latest_changes(store: Path, suite: str, profile: str) -> tuple[pd.DataFrame 
     return (moved if len(moved) else None), said + ("" if len(moved) else " No significant change.")
 
 
+# The report's landing page centres its description in a full-height flex box of a 32rem text column (Snakemake
+# 9's report: "flex items-center ... h-screen overflow-auto" around "prose max-w-lg"): a first page taller than the
+# window opened mid-page with its top out of reach, and wide tables wrapped into cells a dozen lines tall. The page
+# starts at its top and takes the room the window has (tests/test_lifecycle.py reads it from a 1366x768 screenshot).
+LAYOUT = ("<style>div.overflow-auto:has(> div .kbench-first-page) { align-items: flex-start; } "
+          ".prose:has(.kbench-first-page) { max-width: 72rem; }</style>")
+
+
 def _html_table(frame: pd.DataFrame) -> str:
     return frame.astype(object).where(frame.notna(), "").to_html(index=False, border=1, escape=True)
 
@@ -285,7 +293,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     fragment, text = build(args.config_json, args.suite, args.tables, args.history)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(f"<div class=\"kbench-first-page\">\n{fragment}\n</div>\n")
+    args.out.write_text(f"<div class=\"kbench-first-page\">\n{LAYOUT}\n{fragment}\n</div>\n")
     args.out.with_suffix(".md").write_text(text)
     return 0
 
