@@ -192,9 +192,7 @@ def own_batches_json(suite):
 
 
 def tuned_profile():
-    """The selected profile that tunes (config profile_defs.<name>.tunes), where strict is selected too; else None."""
-    tuned = [p for p in config["profiles"] if config["profile_defs"][p].get("tunes")]
-    return tuned[0] if tuned and "strict" in config["profiles"] else None
+    return matrix.tuned_profile(config)
 
 
 def tuning_files(suite):

@@ -379,9 +379,9 @@ def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult
             batch.build(rungs, matrix.ladder_frameworks(config, suite), matrix.keras3_frameworks(config),
                         matrix.native_torch_frameworks(config), matrix.ladder_rows(config, suite),
                         config["batch_study"]["tolerance"], config["accelerator"] != "cpu", out / profile, profile)
-    tuned = [p for p in config["profiles"] if config["profile_defs"][p].get("tunes")]
-    if tuned and "strict" in config["profiles"]:
-        tuning.build(out / "strict", out / tuned[0], config["frameworks"], matrix.keras3_frameworks(config),
+    tuned = matrix.tuned_profile(config)
+    if tuned:
+        tuning.build(out / "strict", out / tuned, config["frameworks"], matrix.keras3_frameworks(config),
                      matrix.native_torch_frameworks(config), config["accelerator"] != "cpu", out)
     departures.write(config["departures"], config["profile_defs"], out, config.get("tuning") or [])
 

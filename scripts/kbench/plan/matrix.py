@@ -117,6 +117,13 @@ TUNING = {
 }
 
 
+def tuned_profile(config: dict) -> str | None:
+    """The selected profile that tunes (profile_defs.<name>.tunes) where strict is selected beside it: the pair the
+    tuning gain compares; else None."""
+    tuned = [p for p in config["profiles"] if config["profile_defs"][p].get("tunes")]
+    return tuned[0] if tuned and "strict" in config["profiles"] else None
+
+
 def check_tuning(config: dict) -> None:
     """Every tuning entry cites its source and sets only known settings, each for columns whose adapter has it."""
     for i, entry in enumerate(config.get("tuning") or []):
@@ -139,6 +146,11 @@ def check_tuning(config: dict) -> None:
                         raise ConfigError(f"config key {where}: column {framework} (adapter {adapter}) has no "
                                           f"{name}; allowed for columns of adapter "
                                           f"{', '.join(TUNING[name]['adapters'])}")
+
+
+def applies(rule: dict, framework: str, model: str, task: str) -> bool:
+    """A departure, tuning or not_compilable rule's patterns all match the cell."""
+    return all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task)))
 
 
 def matches(pattern: str | None, name: str) -> bool:
@@ -337,15 +349,15 @@ def settings(config: dict, profile: str, model: str, task: str, framework: str) 
     for departure in config["departures"]:
         if profile in departure["kept_by"]:
             for rule in departure.get("applies", []):
-                if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
+                if applies(rule, framework, model, task):
                     resolved.update(rule.get("settings", {}))
     if config["profile_defs"][profile].get("tunes"):
         for entry in config.get("tuning") or []:
             for rule in entry["applies"]:
-                if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
+                if applies(rule, framework, model, task):
                     resolved.update(rule["settings"])
     for rule in config["not_compilable"]:
-        if all(matches(rule.get(k), v) for k, v in (("framework", framework), ("model", model), ("task", task))):
+        if applies(rule, framework, model, task):
             resolved.update(jit_compile=False, not_compilable=rule["reason"])
     if adapter_of(config, framework) == "native_torch":      # where torch.compile goes (Keras compiles the step)
         resolved.setdefault("compile_site", base["compile_site"][task])

@@ -264,8 +264,7 @@ def build(config: dict, suite: str, tables_dir: Path, store: Path) -> tuple[str,
                     "native column's fixed cost per step (a in ms/step = a + c x batch) is larger than the best Keras "
                     "3 column's, intervals apart, and its gap to that column shrinks as the batch grows (batch_fit, "
                     "batch_curves; docs/batch-study.md). " + device_note)
-    tuned = [p for p in config["profiles"] if config["profile_defs"][p].get("tunes")]
-    if tuned and "strict" in config["profiles"]:
+    if matrix.tuned_profile(config):
         section("Out of the box against tuned: Keras 3 strict, native PyTorch tuned",
                 pd.read_csv(tables_dir / "tuning_verdicts.csv"),
                 "The finding: Keras 3 gives the best out-of-the-box performance, while native PyTorch usually needs "

@@ -301,8 +301,7 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
           plots_dir: Path | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = tables.long_table(results)
-    long.drop(columns=["step_ms", "block_means", "arch", "inputs", "task_options", "precision_switches"]).to_csv(
-        out_dir / "batch_cells_long.csv", index=False)         # every rung's repeats, as cells_long (archive verify)
+    tables.write_long(long, out_dir / "batch_cells_long.csv")   # every rung's repeats, as cells_long (archive verify)
     summary = tables.summary_table(long)
     fitted = fits(summary, tolerance)
     tables.write(study_table(summary, frameworks).set_index(ROW + ["batch"]), out_dir, "batch_study", profile,

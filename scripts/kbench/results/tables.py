@@ -60,6 +60,12 @@ def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- one row per cell
 
+def write_long(long: pd.DataFrame, path: Path) -> None:
+    """The long table as CSV: every repeat's flat fields, without the lists and specs a CSV cannot hold."""
+    long.drop(columns=["step_ms", "block_means", "arch", "inputs", "task_options", "precision_switches"]).to_csv(
+        path, index=False)
+
+
 def summary_table(long: pd.DataFrame) -> pd.DataFrame:
     """One row per cell: its repeats reduced to an estimate, a 95% interval and the figures derived from them."""
     rows = [summarize_cell(group) for _, group in long.groupby("cell_id", sort=False)]
@@ -509,8 +515,7 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
           equivalence: list[cell.CellResult] = (), differences: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = long_table(results)
-    long.drop(columns=["step_ms", "block_means", "arch", "inputs", "task_options", "precision_switches"]).to_csv(
-        out_dir / "cells_long.csv", index=False)
+    write_long(long, out_dir / "cells_long.csv")
     summary = summary_table(long)
     summary.to_csv(out_dir / "cells_summary.csv", index=False)
     checked = equivalence_long(list(equivalence), list(differences))
