@@ -208,3 +208,70 @@ def test_a_planned_study_has_its_rungs_and_its_tables(tmp_path):
         assert f"results/cells/tiny/strict/bert/{task}/bs{b}/float32/keras3-jax.r1.json" in cells
     assert not any("native-torch-compiled" in c for c in cells)        # a ladder column not selected: not run
     assert found.counts()["batch_study"] == 1
+
+
+# ---------------------------------------------------------------- the device-busy share beside the fixed cost
+
+
+def test_busy_time_is_the_union_of_the_devices_activities():
+    # two streams overlapping (0-4 and 2-5 count as 0-5), a gap, then one copy inside a kernel (counted once)
+    assert batch_busy([(0, 4), (2, 5), (7, 9), (7.5, 8)]) == pytest.approx(7.0)
+    assert batch_busy([]) == 0.0
+
+
+def batch_busy(intervals):
+    from kbench import timing
+    return timing.busy_ms(intervals)
+
+
+def test_the_busy_share_is_the_profiled_activities_over_the_synced_wall_of_the_same_steps():
+    from kbench import timing
+    now = [0.0]
+
+    def step():                       # each step: 1 ms of host work, then a 3 ms kernel the device runs
+        now[0] += 0.004
+
+    def activities(run):
+        start = now[0] * 1e3
+        run()
+        return [(start + 4 * i + 1, start + 4 * i + 4) for i in range(5)]   # 3 ms busy of each 4 ms step
+
+    found = timing.device_busy(step, lambda out: None, 5, activities, clock=lambda: now[0])
+    assert found["wall_ms"] == pytest.approx(20.0)
+    assert found["share"] == pytest.approx(0.75)
+    assert found["activities"] == 5
+
+
+class _Backend:
+    name = "torch"
+
+    def __init__(self, kind, activities):
+        self.kind, self.activities = kind, activities
+
+    def device(self):
+        return {"kind": self.kind}
+
+
+def test_a_cell_without_a_device_profiler_says_why_and_a_failing_profiler_never_fails_the_cell():
+    spec, workload = {"steps": {"timed": 3}}, type("W", (), {"step": staticmethod(lambda: None)})()
+    on_cpu = runner.device_busy(spec, _Backend("cpu", None), workload, lambda out: None)
+    assert on_cpu["share"] is None and "a CPU step is host work throughout" in on_cpu["reason"]
+
+    def broken(run):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+    failed = runner.device_busy(spec, _Backend("gpu", broken), workload, lambda out: None)
+    assert failed["share"] is None and "CUPTI_ERROR_NOT_INITIALIZED" in failed["reason"]
+
+
+def test_the_study_table_shows_busy_shares_only_where_a_rung_measured_one():
+    rows = ladder_rows("native-torch-eager", 8.0, 0.1) + ladder_rows("keras3-jax", 2.0, 0.25)
+    for r in rows:
+        r["device_busy_share"] = 0.25 if r["framework"] == "native-torch-eager" else None
+        r["text"] = f"{r['estimate_ms']:.2f}"
+    table = batch.study_table(summary_of(rows), ["native-torch-eager", "keras3-jax"])
+    assert list(table["native-torch-eager device busy"]) == ["25%"] * 4
+    assert list(table["keras3-jax device busy"]) == ["not measured"] * 4
+    for r in rows:
+        r["device_busy_share"] = None
+    on_cpu = batch.study_table(summary_of(rows), ["native-torch-eager", "keras3-jax"])
+    assert not [c for c in on_cpu.columns if "busy" in c]

@@ -128,6 +128,7 @@ class CellResult:
             "step_ms": timing.get("step_ms"),
             "block_means": _block_means(timing),
             "generated_tokens_per_step": timing.get("generated_tokens_per_step"),
+            "device_busy_share": (timing.get("device_busy") or {}).get("share"),
             "loss_first": loss.get("first_timed_step"), "loss_last": loss.get("last_timed_step"),
             "weights_dtype": numerics.get("weights_dtype"), "compute_dtype": numerics.get("compute_dtype"),
             "probe_class": (numerics.get("probe") or {}).get("observed_class"),

@@ -78,6 +78,39 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
                      first_output=first[0], last_output=out)
 
 
+def busy_ms(intervals: list[tuple[float, float]]) -> float:
+    """How long the device did anything: the union of its activities' (start_ms, end_ms), overlaps counted once
+    (kernels on several streams run at once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def device_busy(step: Callable[[], Any], sync: Callable[[Any], None], steps: int,
+                activities: Callable[[Callable[[], None]], list[tuple[float, float]]],
+                clock: Callable[[], float] = time.perf_counter) -> dict:
+    """The share of `steps` more steps, run after the window, that the device was busy: its activities' union
+    (activities(run) runs them under the framework's device profiler and returns every kernel's and copy's
+    (start_ms, end_ms)) over the synced wall time of the run. What is not busy is the host's: Python, dispatch,
+    launches, the sync. The profiler's own per-launch cost lengthens the wall, so the share is a lower bound."""
+    wall = []
+
+    def run() -> None:
+        sync(None)
+        start, out = clock(), None
+        for _ in range(steps):
+            out = step()
+        sync(out)
+        wall.append((clock() - start) * 1e3)
+    found = activities(run)
+    busy = busy_ms(found)
+    return {"steps": steps, "wall_ms": wall[0], "busy_ms": busy, "activities": len(found),
+            "share": min(1.0, busy / wall[0]) if wall[0] > 0 else None}
+
+
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
     ordered = sorted(values)

@@ -73,6 +73,9 @@ class Backend:
     # The framework's own compile counters now (graphs compiled, graph breaks, CUDA-graph skips, XLA compiles): the
     # runner reads them before and after the timed window; {} where the framework exposes none.
     compile_counters: Callable[[], dict] = dict
+    # activities(run): run() under the framework's device profiler, every device activity's (start_ms, end_ms)
+    # (kbench.timing.device_busy); None where it has none here (a CPU has no device apart from the host).
+    activities: Callable[[Callable[[], None]], list[tuple[float, float]]] | None = None
 
 
 def dtype_name(dtype) -> str:

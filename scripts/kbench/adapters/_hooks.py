@@ -156,7 +156,19 @@ def torch_hooks() -> dict:
             "reset_peak_device_memory": reset_peak,
             "memory_view": "torch max_memory_allocated: tensors' peak since the reset after build (the caching "
                            "allocator's reserve and the CUDA context are not in it)",
-            "compile_counters": lambda: dynamo_counters(torch)}
+            "compile_counters": lambda: dynamo_counters(torch),
+            "activities": torch_activities if cuda else None}
+
+
+def torch_activities(run) -> list[tuple[float, float]]:
+    """The kernels and copies CUPTI saw while run() ran (torch.profiler with the CUDA activity alone: no host ops
+    recorded), as (start_ms, end_ms)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+    return [(e.time_range.start / 1e3, e.time_range.end / 1e3) for e in prof.events()
+            if e.device_type == DeviceType.CUDA]
 
 
 def dynamo_counters(torch) -> dict:

@@ -159,8 +159,14 @@ def study_table(summary: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
                 r = by_framework.loc[f]
                 row[f"{f} ms/step"] = r.text
                 row[f"{f} examples/s"] = (f"{r.batch_size * 1e3 / r.estimate_ms:.1f}" if r.status == "ok" else "")
+                row[f"{f} device busy"] = (f"{r.device_busy_share:.0%}" if pd.notna(r.device_busy_share)
+                                           else "not measured" if r.status == "ok" else "")
         rows.append(row)
-    return pd.DataFrame(rows, columns=None if rows else ROW + ["batch"])
+    table = pd.DataFrame(rows, columns=None if rows else ROW + ["batch"])
+    # device-busy columns only where some rung measured it (a GPU with a device profiler: kbench.timing.device_busy)
+    busy = [c for c in table.columns if c.endswith(" device busy")]
+    measured = any(table[c].fillna("").str.endswith("%").any() for c in busy)
+    return table if measured else table.drop(columns=busy)
 
 
 def fit_table(fitted: dict[tuple, dict[str, Fit | None]], frameworks: list[str]) -> pd.DataFrame:

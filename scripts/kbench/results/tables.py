@@ -77,7 +77,8 @@ MEASURED = ("estimate_ms", "ci_low_ms", "ci_high_ms", "ci_method", "repeat_means
             "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu", "peak_device_mib",
             "nvml_used_mib", "nvml_process_mib", "memory_view", "peak_host_rss_mib", "energy_j_per_step",
             "energy_j_per_token", "mean_power_w", "sm_clock_mhz_mean", "sm_clock_mhz_min", "memory_clock_mhz_mean",
-            "temperature_c_max", "slowdowns", "power_capped", "compiles_in_window", "graph_breaks", "cudagraph_skips", "cell_flags")
+            "temperature_c_max", "slowdowns", "power_capped", "compiles_in_window", "graph_breaks", "cudagraph_skips", "device_busy_share",
+            "cell_flags")
 FLAGGED = " †"         # a number measured under a condition its cell flags name (throttled, recompiled, ...)
 
 
@@ -153,7 +154,8 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
         slowdowns=", ".join(sorted({s for t in ok.slowdowns.dropna() for s in t.split(", ") if s})),
         power_capped=bool(ok.power_capped.fillna(False).astype(bool).any()) if "power_capped" in ok else None,
         compiles_in_window=ok.compiles_in_window.max(), graph_breaks=ok.graph_breaks.max(),
-        cudagraph_skips=ok.cudagraph_skips.max())
+        cudagraph_skips=ok.cudagraph_skips.max(),
+        device_busy_share=ok.device_busy_share.mean() if ok.device_busy_share.notna().all() else None)
     return row
 
 

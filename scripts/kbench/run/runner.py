@@ -168,6 +168,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         losses = timed_losses(spec, steps)
         check_losses(losses)
         check_dtypes(spec, workload.dtypes())
+        busy = device_busy(spec, backend, workload, sync)
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
@@ -175,7 +176,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
                                  cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
     else:
         result = cell.new_result(spec, provenance, "ok")
-        result.timing = timed_result(steps, workload)
+        result.timing = {**timed_result(steps, workload), "device_busy": busy}
         # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
         # the warm-up steps it ran, and what the adapter observed of its objects
         result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms),
@@ -248,6 +249,22 @@ def set_and_probe_numerics(spec: dict, backend) -> dict:
     matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
     switches = backend.set_tf32(spec["settings"]["tf32"], spec["dtypes"]["compute"])
     return {"tf32": spec["settings"]["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
+
+
+BUSY_STEPS = 10
+
+
+def device_busy(spec: dict, backend, workload, sync) -> dict:
+    """The device-busy share of a few steps run after the window (kbench.timing.device_busy): a direct measure of the
+    host's part of a step beside the batch study's fixed cost. Never fails the cell: its time is already measured."""
+    kind = backend.device()["kind"]
+    if backend.activities is None:
+        return {"share": None, "reason": f"{backend.name} on {kind}: no device profiler here"
+                + (" (a CPU step is host work throughout)" if kind == "cpu" else "")}
+    try:
+        return timing.device_busy(workload.step, sync, min(BUSY_STEPS, spec["steps"]["timed"]), backend.activities)
+    except Exception as exc:     # the profiler, not the step: the window's figures stand
+        return {"share": None, "reason": f"the device profiler failed: {type(exc).__name__}: {str(exc)[:300]}"}
 
 
 def timed_result(steps: timing.StepTimes, workload) -> dict:
