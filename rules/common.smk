@@ -178,7 +178,7 @@ def batch_study_files(suite):
     """The study's tables and plot for every profile, where the suite has a ladder; else none."""
     if not matrix.batch_cells(config, suite):
         return []
-    return [results(folder, suite, profile, name) for profile in config["profiles"]
+    return [results(folder, suite, profile, name) for profile in matrix.ladder_profiles(config)
             for folder, names in (("tables", batch.OUTPUTS), ("plots", batch.PLOTS)) for name in names]
 
 

@@ -183,6 +183,19 @@ def test_a_bad_rung_is_one_line_naming_it(rungs, message):
     assert str(error.value) == message
 
 
+def test_the_ladder_runs_under_its_profiles_only_and_an_unknown_profile_is_one_line():
+    config = study_config()
+    config["profiles"] = ["strict", "tuned"]
+    assert {c.profile for c in matrix.batch_cells(config)} == {"strict"}       # batch_study.profiles: [strict]
+    config["batch_study"]["profiles"] = None
+    assert {c.profile for c in matrix.batch_cells(config)} == {"strict", "tuned"}
+    config["batch_study"]["profiles"] = ["strict", "tunned"]
+    with pytest.raises(config_check.ConfigError) as error:
+        config_check.check(config, REPO / "schemas" / "config.schema.yaml")
+    assert str(error.value).startswith("config key batch_study.profiles[1] (see profile_defs): 'tunned' is not "
+                                       "defined; allowed: anchor, strict, tuned")
+
+
 @pytest.mark.parametrize("rows, message", [
     ({"bert": {"precisions": ["float32"], "generate": [1, 2]}},
      "config key batch_study.ladders.tiny.rows.bert (a task of bert, or precisions): 'generate' is not defined; allowed: fit, predict"),

@@ -250,7 +250,13 @@ def batch_cells(config: dict, suite: str | None = None) -> list[Cell]:
                     for framework in ladder_frameworks(config, suite):
                         found.append(Cell(suite, "", model, task, batch, name, framework,
                                           not_applicable_reason(config, model, task, framework, name)))
-    return [dataclasses.replace(c, profile=profile) for profile in config["profiles"] for c in found]
+    return [dataclasses.replace(c, profile=profile) for profile in ladder_profiles(config) for c in found]
+
+
+def ladder_profiles(config: dict) -> list[str]:
+    """The selected profiles whose runs include the ladder (batch_study.profiles; null: every selected one)."""
+    chosen = (config.get("batch_study") or {}).get("profiles")
+    return [p for p in config["profiles"] if chosen is None or p in chosen]
 
 
 def every_cell(config: dict, suite: str | None = None) -> list[Cell]:
@@ -277,6 +283,8 @@ def check_batch_study(config: dict) -> None:
     study = config.get("batch_study") or {}
     for i, suite in enumerate(study.get("suites") or []):
         _require(suite, study.get("ladders") or {}, f"batch_study.suites[{i}] (see batch_study.ladders)")
+    for i, profile in enumerate(study.get("profiles") or []):
+        _require(profile, config["profile_defs"], f"batch_study.profiles[{i}] (see profile_defs)")
     for suite, entry in (study.get("ladders") or {}).items():
         key = f"batch_study.ladders.{suite}"
         _require(suite, config["suites"], key.rsplit(".", 1)[0] + " (see suites)")

@@ -257,7 +257,7 @@ def build(config: dict, suite: str, tables_dir: Path, store: Path) -> tuple[str,
         section(f"The published findings, re-tested on this run (profile {profile})",
                 finding_verdicts(config["published"]["findings"], summary, keras3,
                                  config["precision_study"]["claims"], config["precision_study"]["baseline"], on_gpu))
-        if matrix.batch_cells(config, suite):
+        if profile in matrix.ladder_profiles(config) and matrix.batch_cells(config, suite):
             section(f"The batch study: a step's fixed cost against its cost per example (profile {profile})",
                     pd.read_csv(tables_dir / profile / "batch_verdicts.csv"),
                     f"The claim: \u201c{config['batch_study']['claim']['quote']}\u201d. It holds for a row where the "
