@@ -67,8 +67,10 @@ rule tuning_gain:
         out=lambda wildcards: results("tables", wildcards.suite),
         plots=lambda wildcards: results("plots", wildcards.suite),
         accelerator=config["accelerator"],
+        applied=shlex.quote(json.dumps(matrix.tuning_ids(config))),
     localrule: True
     shell:
         "python -m kbench.results.tuning --strict {params.strict} --tuned {params.tuned} "
         "--frameworks={params.frameworks} --keras3={params.keras3} --native={params.native} "
-        "--accelerator {params.accelerator} --out {params.out} --plots {params.plots} > {log} 2>&1"
+        "--accelerator {params.accelerator} --out {params.out} --plots {params.plots} "
+        "--applied {params.applied} > {log} 2>&1"

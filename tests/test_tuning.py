@@ -88,6 +88,19 @@ def test_a_tuned_cell_whose_outputs_differ_is_marked_not_tuning():
     assert list(columns["rows whose tuned outputs differ"]) == [1, 0]
 
 
+def test_a_column_no_setting_applies_to_is_named_the_null_control():
+    config = copy.deepcopy(CONFIG)
+    applied = matrix.tuning_ids(config)
+    assert applied["bert/fit/native-torch-compiled"] == ["torch-compile-max-autotune", "torch-fused-adamw"]
+    assert applied["bert/fit/native-torch-eager"] == ["torch-fused-adamw"]
+    assert applied["bert/predict/native-torch-eager"] == [] and applied["bert/fit/keras3-jax"] == []
+    strict = cells({"native-torch-compiled": 20.0, "keras3-jax": 10.0})
+    tuned = cells({"native-torch-compiled": 10.0, "keras3-jax": 9.0})
+    gains = tuning.gain_table(strict, tuned, {}, applied).set_index("framework")
+    assert gains.at["keras3-jax", "tuned settings"] == tuning.NO_SETTING
+    assert gains.at["native-torch-compiled", "tuned settings"] == "torch-compile-max-autotune, torch-fused-adamw"
+
+
 def est(ms, half=0.03):
     return stats.Estimate(ms, ms * (1 - half), ms * (1 + half), 1, "blocks", (ms,))
 

@@ -382,7 +382,8 @@ def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult
     tuned = matrix.tuned_profile(config)
     if tuned:
         tuning.build(out / "strict", out / tuned, config["frameworks"], matrix.keras3_frameworks(config),
-                     matrix.native_torch_frameworks(config), config["accelerator"] != "cpu", out)
+                     matrix.native_torch_frameworks(config), config["accelerator"] != "cpu", out,
+                     applied=matrix.tuning_ids(config))
     departures.write(config["departures"], config["profile_defs"], out, config.get("tuning") or [])
 
 

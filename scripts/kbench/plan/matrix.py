@@ -343,6 +343,15 @@ def cell_env(config: dict, framework: str, cell_settings: dict) -> dict:
     return {**config["cell_env"], **definition["env"], **gpu, **tf32}
 
 
+def tuning_ids(config: dict) -> dict[str, list[str]]:
+    """"model/task/framework" -> the ids of the `tuning` entries that apply to it, for every selected model and
+    column (an empty list: its tuned cells are its strict cells re-run, so their gain is run-to-run variation)."""
+    return {f"{model}/{task}/{framework}": [entry["id"] for entry in config.get("tuning") or []
+                                            if any(applies(rule, framework, model, task) for rule in entry["applies"])]
+            for model in config["models"] for task in config["model_defs"][model]["tasks"]
+            for framework in config["frameworks"]}
+
+
 def settings(config: dict, profile: str, model: str, task: str, framework: str) -> dict:
     """A cell's settings: config `settings` and its framework's jit_compile, then, in list order, every departure its
     profile keeps that applies to the cell, then (a profile that tunes) every `tuning` setting that applies to it; a

@@ -20,6 +20,7 @@ verdict per row.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ from kbench.results import stats, tables
 KEYS = tables.ROW_KEYS + ["framework"]
 HOLDS, FAILS, NOT_SHOWN, NOT_MEASURED = "holds", "does not hold", "not shown", "not measured"
 NOT_TUNING = "outputs not shown equivalent: not tuning"
+# A column no tuning setting applies to runs its strict cells again: its "gain" is the run-to-run variation of the
+# measurement, the null control the other columns' gains are read against.
+NO_SETTING = "none: strict re-run (the gain is run-to-run variation)"
 OUTPUTS = ["tuning_gain.csv", "tuning_gain.md", "tuning_gain.html", "tuning_columns.csv", "tuning_verdicts.csv"]
 PLOTS = ["tuning_gain.png", "tuning_gain.svg"]
 
@@ -46,9 +50,11 @@ def _ok(summary: pd.DataFrame) -> dict[tuple, stats.Estimate]:
     return {tuple(r[k] for k in KEYS): tables.as_estimate(r) for _, r in summary.iterrows() if r.status == "ok"}
 
 
-def gain_table(strict: pd.DataFrame, tuned: pd.DataFrame, flags: dict[tuple, str]) -> pd.DataFrame:
-    """Per cell ok in both profiles: both estimates, the gain with its interval, and the tuned cell's equivalence
-    mark. flags: (model, task, batch, precision) -> the tuned profile's equivalence flag of the row."""
+def gain_table(strict: pd.DataFrame, tuned: pd.DataFrame, flags: dict[tuple, str],
+               applied: dict[str, list[str]] | None = None) -> pd.DataFrame:
+    """Per cell ok in both profiles: both estimates, the gain with its interval, the tuning settings it ran with and
+    the tuned cell's equivalence mark. flags: (model, task, batch, precision) -> the tuned profile's equivalence flag
+    of the row; applied: "model/task/framework" -> its tuning ids (kbench.plan.matrix.tuning_ids)."""
     before, after = _ok(strict), _ok(tuned)
     rows = []
     for key in [k for k in before if k in after]:
@@ -58,9 +64,14 @@ def gain_table(strict: pd.DataFrame, tuned: pd.DataFrame, flags: dict[tuple, str
                      "tuned ms/step": tables.estimate_text(after[key]), "gain x": round(x, 3),
                      "gain low": None if low is None else round(low, 3),
                      "gain high": None if high is None else round(high, 3),
+                     "tuned settings": settings_text((applied or {}).get(f"{key[0]}/{key[1]}/{key[-1]}")),
                      "tuned outputs": NOT_TUNING if key[-1] in flagged else ""})
     return pd.DataFrame(rows, columns=KEYS + ["strict ms/step", "tuned ms/step", "gain x", "gain low", "gain high",
-                                              "tuned outputs"])
+                                              "tuned settings", "tuned outputs"])
+
+
+def settings_text(ids: list[str] | None) -> str:
+    return "" if ids is None else ", ".join(ids) or NO_SETTING
 
 
 def column_table(gains: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
@@ -168,11 +179,12 @@ NOTE = ("\nThe tuning gain: strict ms/step / tuned ms/step (above 1: tuning made
 
 
 def build(strict_dir: Path, tuned_dir: Path, frameworks: list[str], keras3: list[str], native: list[str],
-          on_gpu: bool, out_dir: Path, plots_dir: Path | None = None) -> None:
+          on_gpu: bool, out_dir: Path, plots_dir: Path | None = None,
+          applied: dict[str, list[str]] | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     strict = pd.read_csv(strict_dir / "cells_summary.csv")
     tuned = pd.read_csv(tuned_dir / "cells_summary.csv")
-    gains = gain_table(strict, tuned, equivalence_flags(tuned_dir / "ms_per_step.csv"))
+    gains = gain_table(strict, tuned, equivalence_flags(tuned_dir / "ms_per_step.csv"), applied)
     tables.write(gains.set_index(KEYS), out_dir, "tuning_gain", "tuned against strict", note=NOTE)
     column_table(gains, frameworks).to_csv(out_dir / "tuning_columns.csv", index=False)
     verdicts(strict, tuned, keras3, native, on_gpu).to_csv(out_dir / "tuning_verdicts.csv", index=False)
@@ -191,9 +203,11 @@ def main(argv=None) -> int:
     parser.add_argument("--accelerator", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--plots", type=Path)
+    parser.add_argument("--applied", type=json.loads, default=None,
+                        help='JSON {"model/task/framework": [tuning id, ...]} (kbench.plan.matrix.tuning_ids)')
     args = parser.parse_args(argv)
     build(args.strict, args.tuned, tables.comma_list(args.frameworks), tables.comma_list(args.keras3),
-          tables.comma_list(args.native), args.accelerator != "cpu", args.out, args.plots)
+          tables.comma_list(args.native), args.accelerator != "cpu", args.out, args.plots, args.applied)
     return 0
 
 
