@@ -411,3 +411,19 @@ def test_a_column_that_computes_another_function_flags_its_rows_numbers(config, 
                   tables.speedup_table(summary(results), FRAMEWORKS, FRAMEWORKS, equivalence=flags)):
         assert table.loc[("bert", "fit", 32, "float32"), tables.EQUIVALENCE] == flags[("bert", "fit")]
         assert table.loc[("sam", "predict", 4, "float32"), tables.EQUIVALENCE] == flags[("sam", "predict")]
+
+
+def test_the_log_scale_first_step_chart_draws_a_status_beside_sub_millisecond_bars(tmp_path):
+    """A row where one column is n/a and the others' first steps are a fraction of a millisecond (the synthetic
+    stack's cells): the n/a label must not sit at y=0, which a log axis puts at -inf (the render then fails)."""
+    from kbench.results import plots
+    rows = [dict(model="synthetic", task=task, batch_size=4, precision="float32", framework=framework,
+                 status=status, estimate_ms=0.03, ci_low_ms=0.02, ci_high_ms=0.04, first_step_ms=first,
+                 params_total=10, params_trainable=10, flops_per_step=None, text="")
+            for task, firsts in (("fit", (0.17946803062839767, 0.18219607591065348)),
+                                 ("predict", (0.1266059758315468, 0.1016443596443488)))
+            for framework, status, first in (("first", "ok", firsts[0]), ("second", "ok", firsts[1]),
+                                             ("keras3-jax", "unsupported", None))]
+    figure = plots.bars_per_row(pd.DataFrame(rows), ["first", "second", "keras3-jax"], "first_step_ms", "ms", log=True)
+    figure.savefig(tmp_path / "first_step.png")
+    assert (tmp_path / "first_step.png").read_bytes()[:4] == b"\x89PNG"

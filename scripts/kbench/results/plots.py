@@ -62,7 +62,9 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
         for i, f in enumerate(present):
             if by_framework.at[f, "status"] != "ok":
                 text = {"unsupported": "n/a", "oom": "oom"}.get(by_framework.at[f, "status"], "failed")
-                ax.text(i, 0, text, rotation=90, ha="center", va="bottom", fontsize=8)
+                # y in axes units: y=0 in data is -inf on a log axis (FreeType's raster overflows on it)
+                ax.text(i, 0.02, text, rotation=90, ha="center", va="bottom", fontsize=8,
+                        transform=ax.get_xaxis_transform())
         ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
         flag = ("params differ: " + parity.get(key, "")) if parity.get(key, "") else ""
         flag = flag or ("networks differ" if networks.get(key, "") else "")
