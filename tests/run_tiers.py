@@ -18,6 +18,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TIERS = ("unit", "workflow", "e2e")
 PYTEST = [sys.executable, "-m", "pytest", "-v", "-rs", "--durations=15"]
+# The unit tier's tests are in-process and independent: one pytest-xdist worker per core. The other tiers start
+# Snakemake runs that set their own cores, so they run one test at a time.
+TIER_ARGS = {"unit": ["-n", "auto"]}
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> int:
     whole, report, status = Span(), [], 0
     for tier in (t for t in TIERS if t in chosen):
         span = Span()
-        code = subprocess.run([*PYTEST, "-m", tier, *extra], cwd=REPO, env=env).returncode
+        code = subprocess.run([*PYTEST, "-m", tier, *TIER_ARGS.get(tier, []), *extra], cwd=REPO, env=env).returncode
         report.append(f"{tier:9s} {span.stop()}  exit {code}")
         status = status or (code if code != 5 else 0)       # 5: the selection held no test
         print(f"run_tiers: {report[-1]}", flush=True)
