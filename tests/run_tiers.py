@@ -9,15 +9,17 @@ even when one before it failed; the exit status is that of the first tier that f
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TIERS = ("unit", "workflow", "e2e")
-PYTEST = [sys.executable, "-m", "pytest", "-v", "-rs", "--durations=15"]
+PYTEST = [sys.executable, "-m", "pytest", "-v", "-rs", "--durations=30"]
 # The unit tier's tests are in-process and independent: one pytest-xdist worker per core. The other tiers start
 # Snakemake runs that set their own cores, so they run one test at a time.
 TIER_ARGS = {"unit": ["-n", "auto"]}
@@ -45,6 +47,35 @@ class Span:
                 f"({share * wall * cores / 60:.1f} of {wall * cores / 60:.1f} core-minutes)")
 
 
+class DiskLow:
+    """The least free space seen (every 5 s) on the filesystems the tiers write to (the checkout, the temp folder,
+    podman's storage): a framework image's build holds about 3.5 times its size at its commit, so a run that ends in
+    "no space left on device" shows how close it came, and a green one its margin."""
+
+    def __init__(self):
+        places = [REPO, Path(tempfile.gettempdir()), Path("/var/lib/containers")]
+        self.places = {}
+        for place in (p for p in places if p.exists()):
+            self.places.setdefault(place.stat().st_dev, place)
+        self.least = {dev: (self.free(p), "start") for dev, p in self.places.items()}
+        self.tier = "start"
+        threading.Thread(target=self.watch, daemon=True).start()
+
+    @staticmethod
+    def free(path: Path) -> float:
+        return shutil.disk_usage(path).free / 2**30
+
+    def watch(self):
+        while True:
+            time.sleep(5)
+            for dev, path in self.places.items():
+                self.least[dev] = min(self.least[dev], (self.free(path), self.tier))
+
+    def report(self) -> str:
+        return "; ".join(f"{path}: {self.free(path):.1f} GiB free now, {self.least[dev][0]:.1f} GiB at the least "
+                         f"(during {self.least[dev][1]})" for dev, path in self.places.items())
+
+
 def main(argv: list[str]) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     chosen = [t for t in (argv[:argv.index("--")] if "--" in argv else argv)] or list(TIERS)
@@ -61,9 +92,10 @@ def main(argv: list[str]) -> int:
         builder = subprocess.Popen([sys.executable, str(REPO / "tests" / "prebuild.py"), str(folder)], cwd=REPO,
                                    stdout=log, stderr=subprocess.STDOUT, env=env)
         print(f"run_tiers: building the e2e images in the background (log: {folder / 'build.log'})", flush=True)
-    whole, report, status = Span(), [], 0
+    whole, report, status, disk = Span(), [], 0, DiskLow()
+    print(f"run_tiers: disk at the start: {disk.report()}", flush=True)
     for tier in (t for t in TIERS if t in chosen):
-        span = Span()
+        span, disk.tier = Span(), tier
         code = subprocess.run([*PYTEST, "-m", tier, *TIER_ARGS.get(tier, []), *extra], cwd=REPO, env=env).returncode
         report.append(f"{tier:9s} {span.stop()}  exit {code}")
         status = status or (code if code != 5 else 0)       # 5: the selection held no test
@@ -71,6 +103,7 @@ def main(argv: list[str]) -> int:
     if builder:
         builder.wait()
     print("run_tiers: time per tier", *report, f"{'all':9s} {whole.stop()}", sep="\n  ")
+    print(f"run_tiers: disk: {disk.report()}")
     return status
 
 
