@@ -20,9 +20,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TIERS = ("unit", "workflow", "e2e")
 PYTEST = [sys.executable, "-m", "pytest", "-v", "-rs", "--durations=30"]
-# The unit tier's tests are in-process and independent: one pytest-xdist worker per core. The other tiers start
-# Snakemake runs that set their own cores, so they run one test at a time.
-TIER_ARGS = {"unit": ["-n", "auto"]}
+# The unit tier's tests are in-process and independent: one pytest-xdist worker per core. The workflow tier's
+# Snakemake runs set their own cores and keep both busy (93% system-wide), so one test at a time. The e2e tier left
+# a sixth of the CPU idle one test at a time (SLURM polling, container starts, downloads): two workers, a file each
+# (test_e2e.py's runs share module fixtures, so that file stays on one worker; the cluster, fault, FLOP and host
+# tests go to the other).
+TIER_ARGS = {"unit": ["-n", "auto"], "e2e": ["-n", "2", "--dist", "loadfile"]}
 
 
 def cpu_ticks() -> tuple[int, int]:

@@ -171,7 +171,9 @@ def test_container_faults_end_in_decoded_records_and_leave_no_container(tmp_path
     """The same faults in podman, with a memory limit the "oom" column runs into: every container is removed."""
     columns = {"ok": {}, "oom": {"KBENCH_SYNTHETIC_FAULT": "oom"}, "segv": {"KBENCH_SYNTHETIC_FAULT": "segv"},
                "hang-child": {"KBENCH_SYNTHETIC_FAULT": "hang-child"}}
-    options = fault_workflow(tmp_path, columns)
+    # a 30 s timeout, not 15: the e2e tier runs this beside test_e2e.py's cells, and the ok column's container must
+    # start and finish inside it on a busy CPU
+    options = fault_workflow(tmp_path, columns, timeout_minutes=0.5)
     prebuild.seed(built, tmp_path / "results", prebuild.needs("podman", ["synthetic"]))
     (tmp_path / "limits.yaml").write_text("runtime: podman\ncontainers: {limits: {memory_mb: 256}}\n")
     proc = snakemake(*options, str(tmp_path / "limits.yaml"), "--cores", "all", cwd=tmp_path)
