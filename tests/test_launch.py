@@ -125,6 +125,26 @@ def test_the_timer_calls_the_backends_sync_to_close_every_block(tmp_path, driver
     assert sum(result.timing["block_ms"]) == pytest.approx(result.timing["window_ms"])
 
 
+def test_a_cells_log_says_what_it_is_doing_and_nothing_inside_the_timed_window(tmp_path, driver_environment):
+    """A slow cell is seen to move: its log names each phase (lock, device, build, each warm-up step, the window
+    with the time it should take, the result), and no line falls between the window's opening and closing ones."""
+    spec = synthetic_spec(timed=10)
+    spec["steps"]["warmup"] = 2
+    assert run(tmp_path, driver_environment, spec).status == "ok"
+    lines = [line.split("] ", 1)[1] for line in (tmp_path / "cell.log").read_text().splitlines()
+             if line.startswith("[kbench ")]
+    expected = ["test/synthetic/fit/bs4/synthetic: synthetic in host; checking the packages against the lock",
+                "numpy on cpu (cpu); building the model", "model built: 8,192 parameters (8,192 trainable); 2 warm-up",
+                "warm-up step 1/2: ", "warm-up step 2/2: ", "timed window: 10 steps in 5 synced blocks, about ",
+                "timed window closed after ", "ok"]
+    assert len(lines) == len(expected) and all(map(str.startswith, lines, expected)), lines
+
+    failing = synthetic_spec("step")
+    assert run(tmp_path, driver_environment, failing).status == "failed"
+    assert (tmp_path / "cell.log").read_text().splitlines()[-1].split("] ", 1)[1].startswith(
+        "failed: RuntimeError: injected failure in a step"), (tmp_path / "cell.log").read_text()[-2000:]
+
+
 def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_path, driver_environment, monkeypatch):
     """In process (the launcher's own GPU preflight would stop it first on this host): the device check comes before
     the model is built, so the step that would fail the cell never runs."""

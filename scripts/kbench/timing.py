@@ -43,11 +43,13 @@ def block_sizes(timed: int, blocks: int) -> list[int]:
 
 def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, timed: int,
             clock: Callable[[], float] = time.perf_counter, keep: Callable[[Any], Any] = lambda out: out,
-            blocks: int = 1, on_window: Callable[[str], None] = lambda phase: None) -> StepTimes:
+            blocks: int = 1, on_window: Callable[[str], None] = lambda phase: None,
+            on_warmup_step: Callable[[int, float], None] = lambda done, ms: None) -> StepTimes:
     """keep(output) is what survives of the first timed step's output until the window closes: a copy where later
     steps reuse its memory (CUDA-graph replays); the last output is read right after the closing sync.
     on_window("start") runs after the warm-up's last sync, just before the window opens, and on_window("end")
-    right after it closed (the energy counter, compile counters): never inside it."""
+    right after it closed (the energy counter, compile counters): never inside it. on_warmup_step(done, ms) after each
+    warm-up step's sync (the cell's log says how far it is; nothing is said inside the window)."""
     if warmup < 0 or timed < 1:
         raise ValueError(f"steps: warmup must be >= 0 and timed >= 1, got warmup={warmup} timed={timed}")
     sync(None)                                  # nothing queued from model building leaks into step 1
@@ -56,6 +58,7 @@ def measure(step: Callable[[], Any], sync: Callable[[Any], None], warmup: int, t
         start = clock()
         sync(step())
         warmup_ms.append((clock() - start) * 1e3)
+        on_warmup_step(len(warmup_ms), warmup_ms[-1])
 
     sizes = block_sizes(timed, blocks)
     on_window("start")

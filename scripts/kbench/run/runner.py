@@ -13,6 +13,7 @@ import platform
 import resource
 import socket
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -125,6 +126,28 @@ def step_returns(output) -> str:
     return "host" if all(isinstance(leaf, host) for leaf in leaves) else "device"
 
 
+class Progress:
+    """What the cell is doing, a line each on stderr (the cell's log under results/logs/cells/): a cell that takes
+    minutes is seen to move. Nothing is written inside the timed window; its line says how long it should take."""
+
+    def __init__(self, spec: dict, stream=None, clock=time.monotonic):
+        self.spec, self.stream, self.clock, self.start = spec, stream, clock, clock()
+
+    def __call__(self, message: str) -> None:
+        print(f"[kbench {self.clock() - self.start:7.1f} s] {message}", file=self.stream or sys.stderr, flush=True)
+
+    def warmup_step(self, done: int, ms: float) -> None:
+        self(f"warm-up step {done}/{self.spec['steps']['warmup']}: {ms / 1e3:.1f} s")
+
+    def window(self, phase: str, warmup_ms: list[float]) -> None:
+        if phase != "start":
+            return
+        steps = self.spec["steps"]
+        pace = f", about {warmup_ms[-1] * steps['timed'] / 1e3:.0f} s at the last warm-up step's pace" if warmup_ms else ""
+        self(f"timed window: {steps['timed']} steps in {len(timing.block_sizes(steps['timed'], steps['blocks']))} "
+             f"synced blocks{pace}; the next line when it closes")
+
+
 class CountedSync:
     """The backend's sync as the timer calls it, counted: the record shows the calls reached the timer."""
 
@@ -147,6 +170,9 @@ def run(spec: dict, context: dict) -> cell.CellResult:
                   "environment_variables": measurement_environment()}
     backend = workload = losses = numerics_record = None
     memory = {}
+    progress = Progress(spec)
+    progress(f"{spec['cell_id']}: {spec['framework']} in {context.get('runtime', '?')}; checking the packages "
+             "against the lock")
     try:
         provenance["lock_check"] = check_lock()
         adapter = adapters.load(spec["framework_def"]["adapter"])
@@ -157,13 +183,27 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         numerics_record = set_and_probe_numerics(spec, backend)
         numerics.check(numerics_record["probe"], spec["settings"]["tf32"], spec["dtypes"]["compute"],
                        backend.device()["kind"])
+        device = provenance["device_facts"]
+        progress(f"{backend.name} on {device['kind']} ({device['name']}); building the model")
         workload = adapters.build(adapter, spec)
         check_workload(spec, workload)
+        progress(f"model built: {workload.params_total:,} parameters ({workload.params_trainable:,} trainable); "
+                 f"{spec['steps']['warmup']} warm-up steps (a compiling column compiles in the first)")
         memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
                       nvml_used_bytes_before_steps=nvml.used_bytes())
-        sync, window = CountedSync(backend.sync), Window(backend)
+        sync, window, warmup_ms = CountedSync(backend.sync), Window(backend), []
+
+        def on_warmup_step(done, ms):
+            warmup_ms.append(ms)
+            progress.warmup_step(done, ms)
+
+        def on_window(phase):
+            progress.window(phase, warmup_ms)
+            window(phase)
         steps = timing.measure(workload.step, sync, spec["steps"]["warmup"], spec["steps"]["timed"],
-                               keep=workload.keep, blocks=spec["steps"]["blocks"], on_window=window)
+                               keep=workload.keep, blocks=spec["steps"]["blocks"], on_window=on_window,
+                               on_warmup_step=on_warmup_step)
+        progress(f"timed window closed after {steps.window_ms / 1e3:.1f} s: {steps.summary()['mean_ms']:.2f} ms/step")
         memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes())
         losses = timed_losses(spec, steps)
         check_losses(losses)
@@ -184,6 +224,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
                            "step_returns": step_returns(steps.last_output), **window.evidence(),
                            **workload.evidence()}
         result.energy = window.monitor.record
+    progress(result.status + (f": {result.error['type']}: {result.error['message'][:300]}" if result.error else ""))
     result.numerics = numerics_record
     if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
         result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
