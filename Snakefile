@@ -62,6 +62,8 @@ localrules:
 
 onstart:
     preflight_before_jobs()
+    if scheduling.drop_default_rate_limit(workflow.scheduler):
+        print(scheduling.DROPPED, file=sys.stderr)
 
 
 rule all:

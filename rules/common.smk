@@ -17,6 +17,7 @@ shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH 
 from kbench import precision, records
 from kbench.gpu import preflight
 from kbench.plan import config_check, departures, matrix, sources
+from kbench.run import scheduling
 from kbench.results import batch, tables, tuning
 from kbench.stacks import envs
 from kbench.studies import jax_numpy, jax_numpy_tables

@@ -859,3 +859,16 @@ def test_an_apptainer_cell_gets_a_workdir_on_the_nodes_disk_and_it_goes_with_the
     assert workdir.parent == tmp_path / "scratch" and not workdir.exists()
     assert launch.command("apptainer", IMAGE, OUT)[:7] == ["apptainer", "exec", "--containall", "--cleanenv", "--net",
                                                           "--network", "none"]
+
+
+@pytest.mark.parametrize("given, dropped", [("100/1s", True), ("50/1m", False), ("100/2s", False), (None, False)])
+def test_only_snakemakes_default_job_rate_limit_is_dropped(given, dropped):
+    """Snakemake's own limiter (its default, 100/1s) re-arms a timer per finished job; a limit a user gave stays."""
+    from types import SimpleNamespace
+    from snakemake.scheduling.job_scheduler import JobRateLimiter
+    from snakemake.settings.types import MaxJobsPerTimespan
+    from kbench.run import scheduling
+    limiter = JobRateLimiter(MaxJobsPerTimespan.parse_choice(given)) if given else None
+    scheduler = SimpleNamespace(job_rate_limiter=limiter)
+    assert scheduling.drop_default_rate_limit(scheduler) is dropped
+    assert scheduler.job_rate_limiter is (None if dropped else limiter)
