@@ -126,6 +126,10 @@ def step_returns(output) -> str:
     return "host" if all(isinstance(leaf, host) for leaf in leaves) else "device"
 
 
+def duration(ms: float) -> str:
+    return f"{ms:.0f} ms" if ms < 1e3 else f"{ms / 1e3:.1f} s"
+
+
 class Progress:
     """What the cell is doing, a line each on stderr (the cell's log under results/logs/cells/): a cell that takes
     minutes is seen to move. Nothing is written inside the timed window; its line says how long it should take."""
@@ -137,13 +141,13 @@ class Progress:
         print(f"[kbench {self.clock() - self.start:7.1f} s] {message}", file=self.stream or sys.stderr, flush=True)
 
     def warmup_step(self, done: int, ms: float) -> None:
-        self(f"warm-up step {done}/{self.spec['steps']['warmup']}: {ms / 1e3:.1f} s")
+        self(f"warm-up step {done}/{self.spec['steps']['warmup']}: {duration(ms)}")
 
     def window(self, phase: str, warmup_ms: list[float]) -> None:
         if phase != "start":
             return
         steps = self.spec["steps"]
-        pace = f", about {warmup_ms[-1] * steps['timed'] / 1e3:.0f} s at the last warm-up step's pace" if warmup_ms else ""
+        pace = f", about {duration(warmup_ms[-1] * steps['timed'])} at the last warm-up step's pace" if warmup_ms else ""
         self(f"timed window: {steps['timed']} steps in {len(timing.block_sizes(steps['timed'], steps['blocks']))} "
              f"synced blocks{pace}; the next line when it closes")
 
@@ -203,7 +207,7 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         steps = timing.measure(workload.step, sync, spec["steps"]["warmup"], spec["steps"]["timed"],
                                keep=workload.keep, blocks=spec["steps"]["blocks"], on_window=on_window,
                                on_warmup_step=on_warmup_step)
-        progress(f"timed window closed after {steps.window_ms / 1e3:.1f} s: {steps.summary()['mean_ms']:.2f} ms/step")
+        progress(f"timed window closed after {duration(steps.window_ms)}: {steps.summary()['mean_ms']:.2f} ms/step")
         memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes())
         losses = timed_losses(spec, steps)
         check_losses(losses)
