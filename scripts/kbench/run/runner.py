@@ -134,20 +134,22 @@ class Progress:
     """What the cell is doing, a line each on stderr (the cell's log under results/logs/cells/): a cell that takes
     minutes is seen to move. Nothing is written inside the timed window; its line says how long it should take."""
 
-    def __init__(self, spec: dict, stream=None, clock=time.monotonic):
-        self.spec, self.stream, self.clock, self.start = spec, stream, clock, clock()
+    def __init__(self, spec: dict):
+        self.spec, self.start, self.last_warmup_ms = spec, time.monotonic(), None
 
     def __call__(self, message: str) -> None:
-        print(f"[kbench {self.clock() - self.start:7.1f} s] {message}", file=self.stream or sys.stderr, flush=True)
+        print(f"[kbench {time.monotonic() - self.start:7.1f} s] {message}", file=sys.stderr, flush=True)
 
     def warmup_step(self, done: int, ms: float) -> None:
+        self.last_warmup_ms = ms
         self(f"warm-up step {done}/{self.spec['steps']['warmup']}: {duration(ms)}")
 
-    def window(self, phase: str, warmup_ms: list[float]) -> None:
+    def window(self, phase: str) -> None:
         if phase != "start":
             return
         steps = self.spec["steps"]
-        pace = f", about {duration(warmup_ms[-1] * steps['timed'])} at the last warm-up step's pace" if warmup_ms else ""
+        pace = (f", about {duration(self.last_warmup_ms * steps['timed'])} at the last warm-up step's pace"
+                if self.last_warmup_ms is not None else "")
         self(f"timed window: {steps['timed']} steps in {len(timing.block_sizes(steps['timed'], steps['blocks']))} "
              f"synced blocks{pace}; the next line when it closes")
 
@@ -195,18 +197,14 @@ def run(spec: dict, context: dict) -> cell.CellResult:
                  f"{spec['steps']['warmup']} warm-up steps (a compiling column compiles in the first)")
         memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
                       nvml_used_bytes_before_steps=nvml.used_bytes())
-        sync, window, warmup_ms = CountedSync(backend.sync), Window(backend), []
-
-        def on_warmup_step(done, ms):
-            warmup_ms.append(ms)
-            progress.warmup_step(done, ms)
+        sync, window = CountedSync(backend.sync), Window(backend)
 
         def on_window(phase):
-            progress.window(phase, warmup_ms)
+            progress.window(phase)
             window(phase)
         steps = timing.measure(workload.step, sync, spec["steps"]["warmup"], spec["steps"]["timed"],
                                keep=workload.keep, blocks=spec["steps"]["blocks"], on_window=on_window,
-                               on_warmup_step=on_warmup_step)
+                               on_warmup_step=progress.warmup_step)
         progress(f"timed window closed after {duration(steps.window_ms)}: {steps.summary()['mean_ms']:.2f} ms/step")
         memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes())
         losses = timed_losses(spec, steps)
