@@ -120,12 +120,15 @@ def podman_run(tmp_path_factory, built):
                     jax_numpy=True, batch_study=True, built=built)
 
 
-# The tuned profile in CI: BERT fit in the native compiled column (max-autotune, the fused AdamW) and keras3-jax,
-# tuned beside the podman run's strict cells (a copy of its results folder: 2 tuned cells run, the strict ones are
-# read), the gain table, its verdict and the departures page. BERT predict is n/a here (one row is enough to show the
-# profile); the tuned cells' equivalence check runs in the tiny suite (docs/profiles.md), not here.
-TUNED_COLUMNS = ["native-torch-compiled", "keras3-jax"]
-TUNED_NOT_RUN = [{"framework": "native-torch-compiled|keras3-jax", "model": "bert", "task": "predict",
+# The tuned profile in CI: BERT fit in the native eager column (the fused AdamW, seen in the optimizer it built) and
+# keras3-jax (no documented setting applies: it runs as in strict), tuned beside the podman run's strict cells (a copy
+# of its results folder: 2 tuned cells run, the strict ones are read), the gain table, its verdict and the departures
+# page. BERT predict is n/a here (one row is enough to show the profile). The compiled column's max-autotune is not
+# run in CI (Inductor's autotuned compile of the BERT fit took 111 s on CI's CPU): its spec is checked in the unit
+# tier (test_tuning.py); it runs, with the tuned cells' equivalence check, where a user adds the profile
+# (`--config profiles=[strict,tuned]`, docs/profiles.md).
+TUNED_COLUMNS = ["native-torch-eager", "keras3-jax"]
+TUNED_NOT_RUN = [{"framework": "native-torch-eager|keras3-jax", "model": "bert", "task": "predict",
                   "reason": "not run in CI: one row shows the tuned profile"}]
 
 
@@ -917,12 +920,13 @@ def test_the_tuned_profile_runs_its_settings_and_reports_each_columns_gain(tuned
     ran = {k: r for k, r in tuned.items() if "/fit/" in k}
     assert sorted(ran) == sorted(f"tiny/tuned/bert/fit/bs32/float32/{f}" for f in TUNED_COLUMNS)
     assert all(r.status == "ok" for r in ran.values()), {k: r.error for k, r in ran.items()}
-    compiled_fit = tuned["tiny/tuned/bert/fit/bs32/float32/native-torch-compiled"]
-    assert compiled_fit.spec["settings"]["compile_mode"] == "max-autotune" and compiled_fit.evidence["jit_compile"]
-    assert compiled_fit.evidence["fused_optimizer"] is True
-    strict = cell.read(tuned_run / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-compiled.r1.json")
+    native_fit = tuned["tiny/tuned/bert/fit/bs32/float32/native-torch-eager"]
+    assert native_fit.spec["settings"]["fused_optimizer"] is True and native_fit.evidence["fused_optimizer"] is True
+    assert tuned["tiny/tuned/bert/fit/bs32/float32/keras3-jax"].spec["settings"] == cell.read(
+        tuned_run / "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json").spec["settings"]
+    strict = cell.read(tuned_run / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-eager.r1.json")
     assert strict.evidence["fused_optimizer"] is False
-    assert strict == cell.read(podman_run[-1] / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-compiled.r1.json")
+    assert strict == cell.read(podman_run[-1] / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-eager.r1.json")
     gains = pd.read_csv(tuned_run / "tables/tiny/tuning_gain.csv")
     assert sorted(gains.framework) == sorted(TUNED_COLUMNS) and (gains["gain x"] > 0).all()
     verdicts = pd.read_csv(tuned_run / "tables/tiny/tuning_verdicts.csv")
