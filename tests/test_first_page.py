@@ -91,6 +91,20 @@ def test_the_headline_ties_only_the_columns_whose_intervals_overlap_the_fastests
     assert found["flags"] == "equivalence: keras2: differs: rel 3.1e-03 > 7.4e-06"
 
 
+def test_a_row_without_an_ok_column_says_whether_it_is_a_shared_limit_or_a_failure():
+    """tf32 on a CPU is n/a in every column for one reason: the headline says so; a row where a cell failed must not
+    read as a limit."""
+    na = "n/a: TF32 is a tensor-core arithmetic of NVIDIA GPUs (Ampere and later): a CPU has none"
+    cells = pd.DataFrame([dict(model="bert", task="fit", batch_size=32, precision="tf32", framework=f,
+                               status="unsupported", text=na) for f in ("keras3-jax", "native-torch-eager")])
+    row = first_page.headline(cells, ["keras3-jax", "native-torch-eager"]).iloc[0]
+    assert row["fastest"] == ("n/a in every column (TF32 is a tensor-core arithmetic of NVIDIA GPUs (Ampere and "
+                              "later): a CPU has none)") and row["columns ok"] == "0 of 2"
+    cells.loc[1, ["status", "text"]] = ["failed", "failed: PrecisionMismatch"]
+    assert first_page.headline(cells, ["keras3-jax", "native-torch-eager"]).iloc[0]["fastest"] == (
+        "no column ok: 1 unsupported, 1 failed")
+
+
 def test_keras3_beats_a_column_only_where_their_intervals_separate():
     """Keras 2 30% slower than the best Keras 3 backend, but with intervals that overlap: not beaten (the page's
     'beats' is a claim about the frameworks, not about one noisy number)."""

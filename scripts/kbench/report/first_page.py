@@ -36,7 +36,8 @@ def headline(summary: pd.DataFrame, frameworks: list[str], flags: pd.DataFrame |
     for key, group in summary.groupby(tables.ROW_KEYS, sort=False):
         found = tables.estimates(summary, group)
         if not found:
-            rows.append({**dict(zip(tables.ROW_KEYS, key)), "fastest": "no column ok", "ms/step": ""})
+            rows.append({**dict(zip(tables.ROW_KEYS, key)), "fastest": _none_ok(group), "ms/step": "",
+                         "columns ok": f"0 of {len(group)}"})
             continue
         best = min(found, key=lambda f: found[f].ms)
         tied = [f for f in frameworks if f in found and f != best and not stats.separate(found[f], found[best])]
@@ -48,6 +49,15 @@ def headline(summary: pd.DataFrame, frameworks: list[str], flags: pd.DataFrame |
                                      if isinstance(flags.at[key, name], str) and flags.at[key, name])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _none_ok(group: pd.DataFrame) -> str:
+    """Why a row has no fastest column: a limit every column shares (n/a, with its one reason: tf32 on a CPU) reads
+    apart from cells that failed, which a reader must look at."""
+    statuses = group.status.value_counts()
+    if set(statuses.index) == {"unsupported"} and group.text.nunique() == 1:
+        return f"n/a in every column ({group.text.iloc[0].removeprefix('n/a: ')})"
+    return "no column ok: " + ", ".join(f"{n} {status}" for status, n in statuses.items())
 
 
 def best_keras3(found: dict[str, stats.Estimate], keras3: list[str]) -> str | None:
