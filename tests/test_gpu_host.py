@@ -177,3 +177,50 @@ def test_a_slowdown_anywhere_in_the_window_is_reported_though_gone_at_its_end(mo
     record = monitor.stop()
     assert record["samples"] >= 3
     assert record["slowdowns"] == ["thermal (software)"] and record["clock_event_reasons"] == 0x21
+
+
+class SteadyCounter:
+    """An NVML drawing a steady 300 W: its energy counter (mJ) is read at the window's start and at its end."""
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def __init__(self, window_s: float):
+        self.readings = iter([0, round(300 * window_s * 1e3)])
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        return next(self.readings)
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return 1980
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 61
+
+
+def monitored_window(monkeypatch, window_s: float) -> dict:
+    """The record of a window that lasted exactly window_s on the monitor's clock (no sleeping: the clock is fake)."""
+    import types
+    from kbench.gpu import nvml
+    clock = iter([1000.0, 1000.0 + window_s])
+    monkeypatch.setattr(nvml, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    monitor = nvml.WindowMonitor()
+    monitor.nvml, monitor.handle = SteadyCounter(window_s), 0
+    monitor.start()
+    return monitor.stop()
+
+
+def test_a_window_just_under_the_energy_minimum_has_no_energy_and_one_just_over_it_has(monkeypatch):
+    """Both sides of MIN_ENERGY_WINDOW_S, and of the bound behind it: NVML's counter moves in ~100 ms steps, so a
+    window of fewer than ten steps would give J/step off by more than a tenth and must give none."""
+    from kbench.gpu import nvml
+    ten_counter_steps_s = 10 * 0.1
+    for under in (0.99 * nvml.MIN_ENERGY_WINDOW_S, 0.99 * ten_counter_steps_s):
+        record = monitored_window(monkeypatch, under)
+        assert record["window_s"] == pytest.approx(under)
+        assert record["energy_j"] is None and record["mean_power_w"] is None, under
+        assert record["energy_note"] == (f"no energy: the timed window lasted {under:.2f} s, under the "
+                                         f"{nvml.MIN_ENERGY_WINDOW_S:g} s the energy counter's ~100 ms steps resolve")
+    over = 1.01 * nvml.MIN_ENERGY_WINDOW_S
+    record = monitored_window(monkeypatch, over)
+    assert record["energy_note"] is None
+    assert record["energy_j"] == pytest.approx(300 * over, rel=1e-3)
+    assert record["mean_power_w"] == pytest.approx(300, rel=1e-3)
