@@ -819,6 +819,61 @@ def test_cells_side_by_side_outside_a_scheduler_each_get_their_gpus_share_of_the
     assert "--cpuset-cpus=2,3" in argv and argv[argv.index("--device") + 1] == "nvidia.com/gpu=1"
 
 
+def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatch) -> tuple[list[int], dict, str]:
+    """A GPU cell started while another cell holds GPU-fake-0, so its lease is GPU-fake-1 with the second half of
+    this process's CPUs. The process the launcher starts (the cell's interpreter on the host, the client on podman)
+    is a stand-in that writes down the CPUs it may run on. Returns them, the record's launcher, the log's argv."""
+    seen = tmp_path / "affinity"
+    write_affinity = f'"{sys.executable}" -c "import os; print(sorted(os.sched_getaffinity(0)))" > {seen}'
+    if runtime == "host":
+        tool = tmp_path / "env" / "bin" / "python"
+        record = {"stack": "synthetic", "kind": "venv", "prefix": str(tmp_path / "env")}
+        script = f"#!/bin/sh\ncat >/dev/null\n{write_affinity}\n"
+    else:
+        tool = tmp_path / "bin" / runtime
+        record = {"kind": "image", "id": "sha256:aa"}
+        # `image exists` finds the image; only `run` starts the cell (inspect and rm answer nothing)
+        script = f'#!/bin/sh\n[ "$1" = run ] || exit 0\ncat >/dev/null\n{write_affinity}\n'
+        monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    tool.parent.mkdir(parents=True)
+    tool.write_text(script)
+    tool.chmod(0o755)
+    (tmp_path / "environment.json").write_text(json.dumps(record))
+    monkeypatch.setattr(launch, "_preflight", lambda spec, runtime: None)         # no driver on this host
+    monkeypatch.setattr(launch.preflight, "Host", lambda: gpu_host)
+    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    with launch.gpu_lease(spec, runtime, gpu_host):             # another cell holds GPU-fake-0
+        result = launch.run_cell(spec, runtime, tmp_path / "environment.json", tmp_path / "cell.json",
+                                 tmp_path / "cell.log", 30)
+    return json.loads(seen.read_text()), result.provenance["launcher"], (tmp_path / "cell.log").read_text()
+
+
+def test_a_host_cell_under_a_lease_runs_on_its_share_of_the_cpus_only(gpu_host, tmp_path, monkeypatch):
+    """The share is the process's affinity: a host process has no --cpuset-cpus, and without it would run on every
+    CPU, beside the cell on the other GPU."""
+    mine = sorted(os.sched_getaffinity(0))
+    assert len(mine) >= 2, "two GPUs' shares need two CPUs to tell apart"
+    second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
+    affinity, launcher, log = run_under_the_second_gpus_lease("host", gpu_host, tmp_path, monkeypatch)
+    assert launcher["gpus_allocated"] == ["GPU-fake-1"] and launcher["cpus_allocated"] == second_half
+    assert affinity == second_half and affinity != mine
+    assert "--cpuset-cpus" not in log
+
+
+def test_a_container_cell_under_a_lease_gets_its_share_as_a_cpuset_and_its_client_is_not_pinned(
+        gpu_host, tmp_path, monkeypatch):
+    """The container runs outside the client's process tree (conmon, dockerd): pinning the client would confine
+    nothing but the client; the container gets the share as --cpuset-cpus."""
+    mine = sorted(os.sched_getaffinity(0))
+    assert len(mine) >= 2, "two GPUs' shares need two CPUs to tell apart"
+    second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
+    affinity, launcher, log = run_under_the_second_gpus_lease("podman", gpu_host, tmp_path, monkeypatch)
+    assert launcher["gpus_allocated"] == ["1"] and launcher["cpus_allocated"] == second_half
+    assert affinity == mine
+    argv = log.splitlines()[0].split()
+    assert argv[:3] == ["$", "podman", "run"] and f"--cpuset-cpus={','.join(map(str, second_half))}" in argv
+
+
 @pytest.mark.parametrize("listed, runtime, handed", [
     (["0", "1", "2", "3"], "host", ["GPU-fake-3"]),          # nvidia-smi names the node's GPU 3: by UUID
     (["0", "1", "2", "3"], "podman", ["3"]),                 # CDI names it by the node's index
