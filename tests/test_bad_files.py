@@ -5,6 +5,8 @@ import gzip
 import os
 import shutil
 import subprocess
+import tarfile
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -107,6 +109,37 @@ def archive_with(member: str, change, extra: dict | None = None):
                 {f"run1/{name}": data for name, data in (extra or {}).items()})
         return tmp / "damaged.tar.gz"
     return damaged_archive
+
+
+def in_two_gzip_members(tmp, good, damage=None) -> Path:
+    """The run's archive, its tar recompressed as two gzip members (as concatenated gzip files or pigz make them;
+    gzip reads on from one to the next) split where the data of a file midway through it begins: a reader of the
+    archive crosses the split while it skips that data for the next header (a damage inside a header is tarfile's
+    ReadError instead); damage(data, split) changes bytes of the result, split being where member two starts."""
+    with gzip.open(good.archive) as whole:
+        tar = whole.read()
+    with tarfile.open(good.archive) as listing:
+        members = listing.getmembers()
+    middle = next(member for member in members[len(members) // 2:] if member.size).offset_data
+    first = gzip.compress(tar[:middle], mtime=0)
+    data = bytearray(first + gzip.compress(tar[middle:], mtime=0))
+    if damage:
+        damage(data, len(first))
+    path = tmp / ("damaged.tar.gz" if damage else "split.tar.gz")
+    path.write_bytes(bytes(data))
+    return path
+
+
+def deflate_damaged(tmp, good):
+    """Member two's first deflate block header set to the reserved block type 3 (bits 1-2 of its first byte): zlib
+    stops there, past the first tar header."""
+    return in_two_gzip_members(tmp, good, lambda data, split: data.__setitem__(split + 10, data[split + 10] | 0b110))
+
+
+def checksum_damaged(tmp, good):
+    """One bit of member one's CRC-32 (its trailer's first 4 bytes) flipped: its data decompresses, the check at its
+    end fails."""
+    return in_two_gzip_members(tmp, good, lambda data, split: data.__setitem__(split - 8, data[split - 8] ^ 0x01))
 
 
 CELLS_LONG = "tables/tiny/strict/cells_long.csv"
@@ -306,6 +339,31 @@ def test_a_bad_file_gets_one_line_naming_it(command, make, says, good, tmp_path,
     assert status not in (0, None) and "Traceback" not in err
     assert err.count("\n") == 1 and err.startswith(f"{name}: {bad}"), err
     assert says in err, err
+
+
+def read_every_member(path: Path) -> dict[str, bytes]:
+    """The archive read as archive.read_archive reads it, without its handling of errors."""
+    with tarfile.open(path) as tar:
+        return {member.name: tar.extractfile(member).read() for member in tar.getmembers() if member.isfile()}
+
+
+@pytest.mark.parametrize("damage, raised, says", [
+    (deflate_damaged, zlib.error, "damaged: Error -3 while decompressing data: invalid block type"),
+    (checksum_damaged, gzip.BadGzipFile, "damaged: CRC check failed"),
+], ids=["zlib-error", "crc-error"])
+def test_an_archive_damaged_inside_its_gzip_stream_gets_one_line_not_a_traceback(damage, raised, says, good,
+                                                                                   tmp_path, capsys):
+    """A few bits changed midway through the compressed stream (a bad disk, a bad copy): zlib's error or gzip's
+    checksum error, raised past the first tar header, is the archive's one line like any other bad file."""
+    whole = in_two_gzip_members(tmp_path, good)
+    assert read_every_member(whole) == read_every_member(good.archive)    # the split alone changes nothing
+    bad = damage(tmp_path, good)
+    with pytest.raises(raised):
+        read_every_member(bad)
+    status = archive.main(["verify", str(bad)])
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith(f"archive verify: {bad}: {says}") and err.endswith(f"({archive.WHOLE})\n"), err
 
 
 def test_a_failed_ingest_or_sign_loses_nothing(good, tmp_path):
