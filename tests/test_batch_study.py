@@ -169,6 +169,17 @@ def test_verdicts_on_a_cpu_are_marked_and_the_fastest_column_change_is_bracketed
     assert list(on_gpu.verdict) == ["holds"]
 
 
+@pytest.mark.parametrize("interval, said", [
+    (0.02, "a -> b between bs 1 and bs 64"),                          # 17.6..18.4 against 14.1..14.7
+    (0.15, "a -> b between bs 1 and bs 64 (not shown to differ)"),    # 15.3..20.7 against 12.2..16.6
+])
+def test_a_change_of_the_fastest_column_is_shown_only_where_the_intervals_at_the_upper_rung_separate_them(
+        interval, said):
+    per_column = {"a": [rung(1, 2.0, 0.02), rung(64, 18.0, interval)],
+                  "b": [rung(1, 8.0, 0.02), rung(64, 14.4, interval)]}
+    assert batch.fastest_changes(per_column) == said
+
+
 def test_an_out_of_memory_error_is_oom_in_every_frameworks_words():
     class OutOfMemoryError(RuntimeError):         # torch.OutOfMemoryError's name
         pass
