@@ -67,6 +67,66 @@ def test_no_fit_from_fewer_than_three_rungs_with_intervals():
     assert batch.fit(rungs + [no_interval, rung(8, true_ms(8), 0.01)], 0.1) is None
 
 
+def repeats_rung(b: int, ms: float, spread: float, n: int) -> batch.Rung:
+    """A rung of n repeats whose means lie symmetrically around ms (their mean is ms), as stats.estimate makes it."""
+    offsets = [spread * (2 * i / (n - 1) - 1) for i in range(n)]
+    return batch.Rung(b, stats.estimate([ms * (1 + o) for o in offsets], [None] * n))
+
+
+def wls_halves(rungs: list[batch.Rung], sigmas: list[float], scaled: bool) -> tuple[float, float]:
+    """The 95% half-widths of a and c from scipy's curve_fit: absolute sigmas, or scaled by the reduced chi-square."""
+    from scipy import optimize
+    from scipy import stats as scipy_stats
+    x, y = [r.batch for r in rungs], [r.estimate.ms for r in rungs]
+    _, covariance = optimize.curve_fit(lambda b, a, c: a + c * b, x, y, p0=(1.0, 0.1), sigma=sigmas,
+                                       absolute_sigma=not scaled)
+    t = scipy_stats.t.ppf(0.975, len(rungs) - 2)
+    return t * covariance[0, 0] ** 0.5, t * covariance[1, 1] ** 0.5
+
+
+def test_a_rung_of_several_repeats_is_weighted_by_its_repeats_standard_error_and_one_repeat_by_the_normal_quantile():
+    """A repeats interval is mean +- t(n - 1) s / sqrt(n): its sigma is s / sqrt(n) whatever n, and the fit's
+    intervals are the ones those sigmas give. Ladders of 2, 3 and 5 repeats: a t on the wrong degrees of freedom
+    is off by a different factor at each."""
+    import statistics
+
+    from scipy import stats as scipy_stats
+    for n in (2, 3, 5):
+        rungs = [repeats_rung(b, true_ms(b), 0.04, n) for b in BATCHES[:5]]
+        expected = [statistics.stdev(r.estimate.means) / n ** 0.5 for r in rungs]
+        assert [r.estimate.method for r in rungs] == ["repeats"] * 5
+        assert [r.sigma for r in rungs] == pytest.approx(expected, rel=1e-9), n
+        found = batch.fit(rungs, tolerance=0.10)
+        assert found.rungs == 5 and found.chi2_per_dof < 1          # on the line: the intervals are not scaled
+        half_a, half_c = wls_halves(rungs, expected, scaled=False)
+        assert found.a_high - found.a == pytest.approx(half_a, rel=1e-4), n
+        assert found.c_high - found.c == pytest.approx(half_c, rel=1e-4), n
+    # one repeat: its interval's blocks are not counted in the estimate, so the normal quantile (1.96, rounded)
+    one = rung(8, true_ms(8), 0.02)
+    assert one.estimate.method == "blocks"
+    assert one.sigma == pytest.approx(0.02 * true_ms(8) / scipy_stats.norm.ppf(0.975), rel=1e-4)
+
+
+@pytest.mark.parametrize("scatter, interval, over_dispersed", [
+    (0.05, 0.005, True),      # rungs 5% off the line, intervals of 0.5%: the scatter is the uncertainty
+    (0.001, 0.02, False),     # rungs well within their intervals: the intervals are not shrunk below their own
+])
+def test_the_fits_intervals_grow_by_the_root_of_the_reduced_chi_square_only_where_rungs_scatter_beyond_their_own(
+        scatter, interval, over_dispersed):
+    from scipy import stats as scipy_stats
+    rungs = [rung(b, true_ms(b) * (1 + scatter * (-1) ** i), interval) for i, b in enumerate(BATCHES[:6])]
+    sigmas = [interval * r.estimate.ms / scipy_stats.norm.ppf(0.975) for r in rungs]
+    found = batch.fit(rungs, tolerance=0.10)
+    assert found.rungs == 6
+    assert (found.chi2_per_dof > 1) is over_dispersed
+    half_a, half_c = wls_halves(rungs, sigmas, scaled=over_dispersed)
+    assert found.a_high - found.a == pytest.approx(half_a, rel=1e-4)
+    assert found.c_high - found.c == pytest.approx(half_c, rel=1e-4)
+    absolute_a, _ = wls_halves(rungs, sigmas, scaled=False)
+    growth = found.chi2_per_dof ** 0.5 if over_dispersed else 1.0
+    assert (found.a_high - found.a) / absolute_a == pytest.approx(growth, rel=1e-4)
+
+
 def fitted(a, a_half, c=0.1):
     return batch.Fit(a, a - a_half, a + a_half, c, c * 0.9, c * 1.1, 4, None, None, 1.0)
 
@@ -107,6 +167,17 @@ def test_verdicts_on_a_cpu_are_marked_and_the_fastest_column_change_is_bracketed
     on_gpu = batch.verdicts(summary, fits, {("bert", "predict", "float32"): 64}, ["native-torch-eager"],
                             ["keras3-jax"], on_gpu=True)
     assert list(on_gpu.verdict) == ["holds"]
+
+
+@pytest.mark.parametrize("interval, said", [
+    (0.02, "a -> b between bs 1 and bs 64"),                          # 17.6..18.4 against 14.1..14.7
+    (0.15, "a -> b between bs 1 and bs 64 (not shown to differ)"),    # 15.3..20.7 against 12.2..16.6
+])
+def test_a_change_of_the_fastest_column_is_shown_only_where_the_intervals_at_the_upper_rung_separate_them(
+        interval, said):
+    per_column = {"a": [rung(1, 2.0, 0.02), rung(64, 18.0, interval)],
+                  "b": [rung(1, 8.0, 0.02), rung(64, 14.4, interval)]}
+    assert batch.fastest_changes(per_column) == said
 
 
 def test_an_out_of_memory_error_is_oom_in_every_frameworks_words():

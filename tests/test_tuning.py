@@ -116,6 +116,26 @@ def test_the_out_of_the_box_verdict(keras_strict, native_tuned, native_gain, ker
     assert tuning.verdict(None, est(native_tuned), native_gain, keras_gain) == tuning.NOT_MEASURED
 
 
+@pytest.mark.parametrize("keras_strict, native_gain, expected", [
+    (10.5, (2.0, 1.8, 2.2), tuning.HOLDS),         # 10.19..10.82 against 9.7..10.3: not shown slower
+    (10.5, (1.0, 0.95, 1.05), tuning.NOT_SHOWN),   # not shown slower, and native's gain not shown larger
+    (12.0, (2.0, 1.8, 2.2), tuning.FAILS),         # 11.64..12.36 against 9.7..10.3: shown slower
+])
+def test_keras_slower_by_its_point_estimate_alone_is_not_keras_shown_slower(keras_strict, native_gain, expected):
+    assert tuning.verdict(est(keras_strict), est(10.0), native_gain, (1.0, 0.95, 1.05)) == expected
+
+
+@pytest.mark.parametrize("native_gain, keras_gain, expected", [
+    ((1.3, 1.0, 1.6), (1.1, 0.9, 1.3), tuning.NOT_SHOWN),     # native's point gain larger, the intervals overlap
+    ((1.1, 0.9, 1.3), (1.3, 1.0, 1.6), tuning.NOT_SHOWN),     # native's point gain smaller, the intervals overlap
+    ((1.6, 1.4, 1.8), (1.1, 0.9, 1.3), tuning.HOLDS),         # native's gain shown larger
+    ((1.1, 0.9, 1.3), (1.6, 1.4, 1.8), tuning.FAILS),         # native's gain shown smaller
+])
+def test_native_gaining_more_by_its_point_estimate_alone_is_not_native_shown_to_gain_more(native_gain, keras_gain,
+                                                                                           expected):
+    assert tuning.verdict(est(10.0), est(10.0), native_gain, keras_gain) == expected
+
+
 def test_verdicts_pick_the_best_of_each_side_and_mark_a_cpu_run():
     strict = cells({"native-torch-eager": 30.0, "native-torch-compiled": 20.0, "keras3-jax": 10.0,
                     "keras3-torch": 15.0})
