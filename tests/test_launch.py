@@ -738,6 +738,23 @@ def test_a_host_or_preinstalled_cell_gets_the_variables_that_find_the_gpu(monkey
     assert venv["PYTHONPATH"] == scripts and venv["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
 
 
+@pytest.mark.parametrize("runtime", ["host", "preinstalled"])
+def test_a_host_cell_gets_the_cuda_toolkit_and_ptxas_paths_where_the_host_sets_them_and_none_where_it_does_not(
+        monkeypatch, runtime):
+    """An HPC `module load cuda` sets CUDA_PATH, and Triton finds its ptxas through TRITON_PTXAS_PATH where the
+    wheel's own does not match the driver: a cell process in the driver's environment gets both as the host has them,
+    and no made-up value where the host has none."""
+    toolkit = {"CUDA_PATH": "/opt/cuda-12.4", "TRITON_PTXAS_PATH": "/opt/cuda-12.4/bin/ptxas"}
+    for name, value in toolkit.items():
+        monkeypatch.setenv(name, value)
+    kept = launch.process_env(runtime, {"lock": "envs/native-torch.gpu.lock"}, gpus=["GPU-1"])
+    assert {k: kept.get(k) for k in toolkit} == toolkit
+    for name in toolkit:
+        monkeypatch.delenv(name)
+    absent = launch.process_env(runtime, {"lock": "envs/native-torch.gpu.lock"}, gpus=["GPU-1"])
+    assert not set(toolkit) & set(absent) and absent["CUDA_VISIBLE_DEVICES"] == "GPU-1"
+
+
 def test_a_device_the_adapter_refuses_is_unsupported_before_anything_runs_on_it(driver_environment, monkeypatch):
     """Paddle 2.6.2's GPU wheel has no kernels for compute capability 9.0 (and dlopens an unversioned libcublas.so):
     the runner's float32 matmul probe would fail first and the cell read `failed`. The adapter's refuse() runs
