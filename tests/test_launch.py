@@ -800,6 +800,31 @@ def test_a_paddle_gpu_venv_gets_unversioned_cuda_library_names_first_on_its_libr
     assert env["LD_LIBRARY_PATH"] == f"{links}:/usr/local/nvidia/lib64"
 
 
+@pytest.mark.parametrize("lock, linked", [
+    ("envs/paddle.gpu.lock", True), ("envs/paddle.gpu-cuda12.lock", True),
+    ("envs/paddle.cpu.lock", False),            # paddlepaddle, the CPU wheel: no CUDA library to link
+    ("envs/native-torch.gpu.lock", False),      # torch loads its nvidia-* libraries by their versioned names
+])
+def test_a_venv_built_from_a_committed_lock_gets_cuda_links_only_where_the_lock_pins_paddlepaddle_gpu(
+        tmp_path, monkeypatch, lock, linked):
+    """The venv build's own condition, read on the real locks (uv stubbed): a package name it misspells would leave
+    the Paddle GPU venvs without their links, and their cells without cuBLAS."""
+    from kbench.stacks import envs
+    ran = []
+
+    def run(argv, **kwargs):
+        ran.append(argv[1:3])
+        return subprocess.CompletedProcess(argv, 0, stdout="3.11.2\n", stderr="")
+    monkeypatch.setattr(envs, "uv_binary", lambda: "uv")
+    monkeypatch.setattr(envs.subprocess, "run", run)
+    stack, accelerator = Path(lock).name.removesuffix(".lock").split(".")
+    environment = envs.build(stack, accelerator, launch.REPO / lock, tmp_path / "venv", tmp_path / "record.json")
+    assert ran[:2] == [["venv", "--quiet"], ["pip", "sync"]]            # the lock went to uv as it is
+    assert environment.get("library_path") == (str((tmp_path / "venv" / "cuda-links").resolve()) if linked else None)
+    assert (tmp_path / "venv" / "cuda-links").is_dir() is linked
+    assert json.loads((tmp_path / "record.json").read_text()).get("library_path") == environment.get("library_path")
+
+
 def test_an_exported_cuda_visible_devices_narrows_the_lease_and_is_no_allocation(gpu_host, monkeypatch):
     """Outside SLURM a shell's CUDA_VISIBLE_DEVICES=1 is not a scheduler's allocation: cells still lease, from GPU 1
     only, so a second cell waits instead of running on the same GPU (Snakemake plans as many cells side by side as
