@@ -326,6 +326,27 @@ def test_the_busy_share_is_the_profiled_activities_over_the_synced_wall_of_the_s
     assert found["activities"] == 5
 
 
+@pytest.mark.parametrize("busy, share", [(20.5, 1.0), (19.5, 0.975)])
+def test_the_busy_share_is_capped_at_one_where_the_profilers_activities_outlast_the_synced_wall(busy, share):
+    """The profiler's clock is not the wall's: activities it dates from before the first step, or a last copy it
+    closes after the sync, can cover more than the 20 ms wall. The device was busy throughout, not 102.5% of it; just
+    under the wall the share is the exact ratio."""
+    from kbench import timing
+    now = [0.0]
+
+    def step():
+        now[0] += 0.004
+
+    def activities(run):
+        start = now[0] * 1e3
+        run()
+        return [(start - 0.5, start + 10), (start + 8, start + busy - 0.5)]     # overlapping: busy ms in all
+
+    found = timing.device_busy(step, lambda out: None, 5, activities, clock=lambda: now[0])
+    assert found["wall_ms"] == pytest.approx(20.0) and found["busy_ms"] == pytest.approx(busy)
+    assert found["share"] == pytest.approx(share)
+
+
 class _Backend:
     name = "torch"
 

@@ -1,12 +1,14 @@
 """The report's first page (kbench.report.first_page): the findings' rules read the published page's own numbers as the
-page reads them, fail where a row contradicts them, never turn a CPU run into a GPU conclusion, and the published
-table shows which float32 numbers cannot have been FP32."""
+page reads them, fail where a row contradicts them, never turn a CPU run into a GPU conclusion, the published
+table shows which float32 numbers cannot have been FP32, and a run of strict and tuned plans and reads the batch
+verdicts of the profiles with a ladder only."""
 import json
 
 import pandas as pd
 import pytest
 
-from conftest import CONFIG
+from conftest import CONFIG, REPO
+from dag import plan
 from kbench.plan import matrix
 from kbench.report import first_page
 
@@ -130,3 +132,45 @@ def test_no_single_fastest_keras3_backend_reads_the_keras3_columns_only():
     assert table.verdict.item() == "holds"
     assert table["rests on"].item() == ("bert fit bs32 float32: keras3-jax; "
                                         "bert predict bs256 float32: keras3-tensorflow")
+
+
+# strict and tuned selected, the batch study's ladder in strict alone (config batch_study.profiles): the page reads
+# the batch verdicts of strict only, as no job writes tuned's
+STRICT_AND_TUNED = {**CONFIG, "suite": "tiny", "accelerator": "cpu", "profiles": ["strict", "tuned"],
+                    "batch_study": {**CONFIG["batch_study"], "profiles": ["strict"]}}
+
+
+def test_the_first_page_of_strict_and_tuned_plans_the_batch_verdicts_of_the_laddered_profile_only():
+    """The page's job asks for strict's batch verdicts (a batch study job writes them) and no batch table of tuned,
+    which no job would write from a ladder it never ran."""
+    assert matrix.ladder_profiles(STRICT_AND_TUNED) == ["strict"] and matrix.tuned_profile(STRICT_AND_TUNED)
+    found = plan("-n", "--cores", "1", "results/report/tiny/first_page.html", "--config", "suite=tiny",
+                 "accelerator=cpu", "profiles=[strict,tuned]", "batch_study={profiles: [strict]}",
+                 "frameworks=[native-torch-eager,keras3-jax]", "models=[bert]", "precisions=[float32]", cwd=REPO)
+    assert found.ok, found.log[-2000:]
+    assert found.counts()["first_page"] == 1 and found.counts()["tuning_gain"] == 1
+    assert [p for p in found.outputs() if p.endswith("batch_verdicts.csv")] == [
+        "results/tables/tiny/strict/batch_verdicts.csv"]
+    assert not [p for p in found.outputs() if p.startswith(("results/tables/tiny/tuned/batch",
+                                                            "results/plots/tiny/tuned/batch"))]
+
+
+def test_the_first_page_of_strict_and_tuned_reads_the_batch_verdicts_of_the_laddered_profile_only(tmp_path):
+    """Each profile's tables are there, the batch verdicts in strict's folder alone (the tuned run has no ladder):
+    the page has strict's batch study and the tuning verdicts, and no batch study of tuned."""
+    row = {"model": "bert", "task": "fit", "batch_size": 32, "precision": "float32",
+           "ms": {"native-torch-eager": 20.0, "keras3-jax": 10.0}}
+    for profile in ("strict", "tuned"):
+        (tmp_path / profile).mkdir()
+        summary = summary_of([row])
+        summary.to_csv(tmp_path / profile / "cells_summary.csv", index=False)
+        summary.pivot(index=["model", "task", "batch_size", "precision"], columns="framework",
+                      values="estimate_ms").to_csv(tmp_path / profile / "ms_per_step.csv")
+    pd.DataFrame([{"model": "bert", "task": "fit", "verdict": "strict's batch verdict"}]).to_csv(
+        tmp_path / "strict" / "batch_verdicts.csv", index=False)
+    pd.DataFrame([{"model": "bert", "task": "fit", "verdict": "the tuning verdict"}]).to_csv(
+        tmp_path / "tuning_verdicts.csv", index=False)
+    _, page = first_page.build(STRICT_AND_TUNED, "tiny", tmp_path, tmp_path / "history")
+    assert "### The batch study: a step's fixed cost against its cost per example (profile strict)" in page
+    assert "strict's batch verdict" in page and "the tuning verdict" in page
+    assert "### Headline, profile tuned" in page and page.count("### The batch study") == 1

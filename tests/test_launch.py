@@ -738,6 +738,23 @@ def test_a_host_or_preinstalled_cell_gets_the_variables_that_find_the_gpu(monkey
     assert venv["PYTHONPATH"] == scripts and venv["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
 
 
+@pytest.mark.parametrize("runtime", ["host", "preinstalled"])
+def test_a_host_cell_gets_the_cuda_toolkit_and_ptxas_paths_where_the_host_sets_them_and_none_where_it_does_not(
+        monkeypatch, runtime):
+    """An HPC `module load cuda` sets CUDA_PATH, and Triton finds its ptxas through TRITON_PTXAS_PATH where the
+    wheel's own does not match the driver: a cell process in the driver's environment gets both as the host has them,
+    and no made-up value where the host has none."""
+    toolkit = {"CUDA_PATH": "/opt/cuda-12.4", "TRITON_PTXAS_PATH": "/opt/cuda-12.4/bin/ptxas"}
+    for name, value in toolkit.items():
+        monkeypatch.setenv(name, value)
+    kept = launch.process_env(runtime, {"lock": "envs/native-torch.gpu.lock"}, gpus=["GPU-1"])
+    assert {k: kept.get(k) for k in toolkit} == toolkit
+    for name in toolkit:
+        monkeypatch.delenv(name)
+    absent = launch.process_env(runtime, {"lock": "envs/native-torch.gpu.lock"}, gpus=["GPU-1"])
+    assert not set(toolkit) & set(absent) and absent["CUDA_VISIBLE_DEVICES"] == "GPU-1"
+
+
 def test_a_device_the_adapter_refuses_is_unsupported_before_anything_runs_on_it(driver_environment, monkeypatch):
     """Paddle 2.6.2's GPU wheel has no kernels for compute capability 9.0 (and dlopens an unversioned libcublas.so):
     the runner's float32 matmul probe would fail first and the cell read `failed`. The adapter's refuse() runs
@@ -781,6 +798,31 @@ def test_a_paddle_gpu_venv_gets_unversioned_cuda_library_names_first_on_its_libr
     monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
     env = launch.process_env("host", {"lock": "envs/paddle.gpu.lock", "library_path": str(links)})
     assert env["LD_LIBRARY_PATH"] == f"{links}:/usr/local/nvidia/lib64"
+
+
+@pytest.mark.parametrize("lock, linked", [
+    ("envs/paddle.gpu.lock", True), ("envs/paddle.gpu-cuda12.lock", True),
+    ("envs/paddle.cpu.lock", False),            # paddlepaddle, the CPU wheel: no CUDA library to link
+    ("envs/native-torch.gpu.lock", False),      # torch loads its nvidia-* libraries by their versioned names
+])
+def test_a_venv_built_from_a_committed_lock_gets_cuda_links_only_where_the_lock_pins_paddlepaddle_gpu(
+        tmp_path, monkeypatch, lock, linked):
+    """The venv build's own condition, read on the real locks (uv stubbed): a package name it misspells would leave
+    the Paddle GPU venvs without their links, and their cells without cuBLAS."""
+    from kbench.stacks import envs
+    ran = []
+
+    def run(argv, **kwargs):
+        ran.append(argv[1:3])
+        return subprocess.CompletedProcess(argv, 0, stdout="3.11.2\n", stderr="")
+    monkeypatch.setattr(envs, "uv_binary", lambda: "uv")
+    monkeypatch.setattr(envs.subprocess, "run", run)
+    stack, accelerator = Path(lock).name.removesuffix(".lock").split(".")
+    environment = envs.build(stack, accelerator, launch.REPO / lock, tmp_path / "venv", tmp_path / "record.json")
+    assert ran[:2] == [["venv", "--quiet"], ["pip", "sync"]]            # the lock went to uv as it is
+    assert environment.get("library_path") == (str((tmp_path / "venv" / "cuda-links").resolve()) if linked else None)
+    assert (tmp_path / "venv" / "cuda-links").is_dir() is linked
+    assert json.loads((tmp_path / "record.json").read_text()).get("library_path") == environment.get("library_path")
 
 
 def test_an_exported_cuda_visible_devices_narrows_the_lease_and_is_no_allocation(gpu_host, monkeypatch):

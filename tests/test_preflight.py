@@ -1,5 +1,6 @@
-"""The GPU host check, against faked nvidia-smi, docker and CDI outputs, and the workflow refusing a GPU run on this
-CPU-only machine before any build."""
+"""The GPU host check, against faked nvidia-smi, docker and CDI outputs, the workflow refusing a GPU run on this
+CPU-only machine before any build, and the GPUs a run may use (an exported CUDA_VISIBLE_DEVICES, inside and outside
+a SLURM job)."""
 import time
 from pathlib import Path
 
@@ -262,3 +263,31 @@ def test_a_cdi_spec_without_the_device_names_the_cells_ask_for_is_named(tmp_path
                      "nvidia.com/gpu=0 (the GPU's index, as nvidia-smi numbers them): regenerate the spec with index "
                      "names: sudo nvidia-ctk cdi generate --device-name-strategy=index --output=/etc/cdi/nvidia.yaml"]
     assert preflight.problems("podman", "gpu", TORCH_STACKS, fake_host(tmp_path)) == []     # index names: fine
+
+
+# ---------------------------------------------------------------- the GPUs a run may use
+
+NODE = [{"index": str(i), "name": "NVIDIA H100 80GB HBM3", "driver_version": "580.95.05",
+         "uuid": f"GPU-{i}b1e4c7a-93d2-4f60-8a15-2c7e0d9f6b3{i}"} for i in range(4)]
+
+
+@pytest.mark.parametrize("allocation", ["SLURM_JOB_GPUS", "SLURM_STEP_GPUS"])
+def test_inside_a_slurm_job_its_renumbered_cuda_visible_devices_filters_none_of_the_nodes_gpus(allocation):
+    """SLURM gave the job the node's GPUs 2 and 3 and set CUDA_VISIBLE_DEVICES=0,1, the job's own numbering: read
+    against the node's list it would pick GPUs 0 and 1, another job's. The allocation is the launcher's to read
+    (kbench.run.launch.allocated_gpus); outside a job the same export narrows the node's GPUs to 0 and 1."""
+    job = {"SLURM_JOB_ID": "7", allocation: "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert preflight.visible(NODE, job) == NODE
+    assert preflight.visible(NODE, {"CUDA_VISIBLE_DEVICES": "0,1"}) == NODE[:2]
+    assert preflight.visible(NODE, {}) == NODE
+
+
+@pytest.mark.parametrize("exported, picked", [
+    (f"{NODE[2]['uuid']},1", [2, 1]),      # a UUID and an index, in the order CUDA numbers them
+    (NODE[3]["uuid"], [3]),
+    ("GPU-00000000-0000-0000-0000-000000000000", []),      # names no GPU here: none (the lease names the export)
+])
+def test_an_exported_cuda_visible_devices_picks_gpus_by_uuid_as_by_index(exported, picked):
+    """CUDA takes a GPU's UUID in CUDA_VISIBLE_DEVICES as it takes its index (a UUID does not change with the device
+    order): the run may use the GPU either names, and none that neither names."""
+    assert preflight.visible(NODE, {"CUDA_VISIBLE_DEVICES": exported}) == [NODE[i] for i in picked]

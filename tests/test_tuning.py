@@ -162,3 +162,18 @@ def test_a_planned_tuned_run_has_its_cells_and_its_gain_table():
     assert found.ok, found.log[-2000:]
     assert "results/cells/tiny/tuned/bert/fit/bs32/float32/native-torch-compiled.r1.json" in found.outputs()
     assert found.counts()["tuning_gain"] == 1 and "results/tables/tiny/tuning_verdicts.csv" in found.outputs()
+
+
+@pytest.mark.parametrize("profiles, compared", [("[tuned]", False), ("[strict,tuned]", True)])
+def test_the_tuning_gain_is_planned_only_where_strict_cells_run_beside_the_tuned_ones(profiles, compared):
+    """The gain divides strict ms/step by tuned: a run of the tuned profile alone has no strict cell to divide, so
+    it plans no gain job, no gain table and no strict cell or table for one; beside strict it plans the gain."""
+    config = {**copy.deepcopy(CONFIG), "profiles": profiles.strip("[]").split(",")}
+    assert matrix.tuned_profile(config) == ("tuned" if compared else None)
+    found = plan("-n", "--cores", "1", "--config", "suite=tiny", "accelerator=cpu", f"profiles={profiles}",
+                 "frameworks=[native-torch-eager,keras3-jax]", "models=[bert]", "precisions=[float32]", cwd=REPO)
+    assert found.ok, found.log[-2000:]
+    assert "results/cells/tiny/tuned/bert/fit/bs32/float32/native-torch-eager.r1.json" in found.outputs()
+    assert found.counts().get("tuning_gain", 0) == (1 if compared else 0)
+    assert ("results/tables/tiny/tuning_verdicts.csv" in found.outputs()) is compared
+    assert bool([p for p in found.outputs() if "/strict/" in p]) is compared
