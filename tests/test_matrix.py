@@ -168,10 +168,10 @@ def test_a_profile_is_its_settings_after_the_departures_it_keeps(config):
 def test_the_profiles_gelu_reaches_hf_berts_config(config, profile, hidden_act):
     """strict: the tanh GELU every Keras column runs; anchor: HF's exact one, as the anchor's code ran it. The
     setting must reach BertConfig's hidden_act, or the anchor profile times another function unsaid."""
-    from kbench.models import constructors
+    from kbench.models import bert
     spec = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "native-torch-compiled", profile)
-    assert constructors.hf_bert_config(spec["arch"], spec["settings"]["gelu"])["hidden_act"] == hidden_act
-    assert constructors.paddlenlp_bert_config(spec["arch"])["hidden_act"] == "gelu"      # paddle sets tanh on its layers
+    assert bert.hf_config(spec["arch"], spec["settings"]["gelu"])["hidden_act"] == hidden_act
+    assert bert.paddlenlp_config(spec["arch"])["hidden_act"] == "gelu"      # paddle sets tanh on its layers
 
 
 def test_tf32_off_puts_the_override_in_the_cell_environment(config):

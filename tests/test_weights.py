@@ -238,12 +238,29 @@ class MLP:
         return x.astype(np.float32)
 
 
-def mlp_workload(spec, rng):
+def mlp_inputs(spec, rng):
+    return {"x": rng.standard_normal((spec["batch_size"], spec["arch"]["widths"][0])).astype(np.float32)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mlp_family():
+    """The MLP registered as a model family for these tests (every model a check runs has one)."""
+    from kbench.models import family
+    mlp = family.register(name="mlp", about="a NumPy MLP", tasks=("predict",), libraries={"numpy": dict},
+                          inputs={"predict": mlp_inputs}, flops={"predict": lambda spec, t: None},
+                          contraction_and_depth=lambda spec: (max(spec["arch"]["widths"]), len(spec["arch"]["widths"])),
+                          example={"predict": "row"})
+    family.families()["mlp"] = mlp
+    yield
+    del family.families()["mlp"]
+
+
+def mlp_workload(spec, inputs):
     """settings.gelu: the column's GELU; settings.ran_in: the dtype its steps really ran in (an autocast that did
     nothing computes float32 under a float16 label)."""
     from kbench.adapters import Workload
     model = MLP(spec["arch"]["widths"], spec["settings"]["gelu"])
-    x = rng.standard_normal((spec["batch_size"], spec["arch"]["widths"][0])).astype(np.float32)
+    x = inputs["x"]
     ran_in = spec["settings"].get("ran_in") or spec["dtypes"]["compute"]
     return Workload(step=lambda: model(x, ran_in), params_total=1, params_trainable=1, examples_per_step=1,
                     dtypes=lambda: {"weights": "float32", "compute": ran_in}, model=model,

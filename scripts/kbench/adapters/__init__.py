@@ -5,11 +5,13 @@ An adapter module provides:
   backend() -> Backend                  the framework's hooks (sync, device, memory, versions)
   prepare(spec) -> dict                 process-wide set-up for the cell (seeds, dtype policy), and the keyword
                                         arguments every builder of the adapter takes (e.g. the torch device)
-  MODELS: {model: {task: builder}}      builder(spec, rng, **prepared) -> Workload
+  MODELS: {model: {task: builder}}      builder(spec, inputs, **prepared) -> Workload
   refuse(spec) (optional)               raises NotSupported where this device cannot run the framework at all (a GPU
                                         its wheel has no kernels for): called before anything runs on the device
-build(adapter, spec) is the one dispatch; the inputs come from kbench.adapters._inputs, so every column draws the same
-numbers from the cell's seed.
+build(adapter, spec) is the one dispatch; the inputs are drawn there by the model's family (kbench.models.family:
+its `inputs` fact, in the Keras layout), so every column runs on the same numbers from the cell's seed; a builder
+converts layouts (channels_first), never draws its own. What a model is (constructor arguments, FLOPs) is its
+family's; a builder holds only how this framework builds and steps it.
 
 May import: ground, models, gpu (and its framework, inside the functions that need it).
 """
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+
+from kbench.models import family
 
 
 class NotSupported(Exception):
@@ -118,8 +122,13 @@ def build(adapter, spec: dict) -> Workload:
         raise NotSupported(f"{adapter.__name__.rsplit('.', 1)[-1]} adapter has no {spec['model']} {spec['task']} "
                            f"(it runs: {runs})")
     prepared = adapter.prepare(spec)
-    rng = np.random.default_rng(spec["seed"])      # data: the same numbers in every column (kbench.adapters._inputs)
-    return adapter.MODELS[spec["model"]][spec["task"]](spec, rng, **prepared)
+    inputs = family.of(spec["model"]).draw(spec, np.random.default_rng(spec["seed"]))   # the same in every column
+    return adapter.MODELS[spec["model"]][spec["task"]](spec, inputs, **prepared)
+
+
+def channels_first(images: np.ndarray) -> np.ndarray:
+    """NHWC (the drawn inputs' layout) -> NCHW (torch's and paddle's convolution layout), contiguous."""
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
 
 
 def for_tasks(builder, *tasks: str) -> dict:

@@ -124,7 +124,7 @@ def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weigh
 
 
 def generate(model, prompt, spec: dict, to_device) -> Workload:
-    """One greedy generate() call on the padded prompt (kbench.adapters._inputs.causal_lm_prompt)."""
+    """One greedy generate() call on the padded prompt (kbench.models.decoder.keras_prompt)."""
     x = to_device(prompt)
     model.compile(sampler="greedy", jit_compile=spec["settings"]["jit_compile"])
     p = spec["task_options"]["prompt_length"]

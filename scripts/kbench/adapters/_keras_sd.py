@@ -3,7 +3,7 @@ widths as arguments. keras-cv's backend shim gives Keras 3, or tf.keras under TF
 
 keras-cv's DiffusionModel and ImageEncoder hard-code the v1.4 widths (320/640/1280, 128/256/512); the tiny suite needs
 the same topology shrunk, so the two builders below repeat keras-cv's wiring with the widths from
-kbench.models.constructors.keras_cv_sd_kwargs. At the paper arch they give exactly keras-cv's parameter counts.
+kbench.models.stable_diffusion.keras_cv_kwargs. At the paper arch they give exactly keras-cv's parameter counts.
 """
 from __future__ import annotations
 
@@ -17,25 +17,25 @@ from keras_cv.src.models.stable_diffusion.diffusion_model import ResBlock, Spati
 from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
 
-from kbench.models import constructors
-from kbench.adapters import _inputs, _keras
+from kbench.models import stable_diffusion
+from kbench.adapters import _keras
 
 
-def build(spec, rng, predict, to_device):
+def build(spec, inputs, predict, to_device):
     """The Stable Diffusion cell of either Keras (keras-cv's `keras` is the Keras the adapter runs): fit, as the
     anchor, the VAE image encoder up to layers[-3] (the 3x3 conv giving 2*latent_channels moments) against random
     moments; predict, one guided denoising step (the text encoder is not part of the step: random contexts).
     predict(model, inputs, spec) and to_device(tree) are the adapter's own."""
-    kw = constructors.keras_cv_sd_kwargs(spec["arch"])
+    kw = stable_diffusion.keras_cv_kwargs(spec["arch"])
     if spec["task"] == "fit":
         encoder = vae_encoder(**kw["vae_encoder"])
         model = keras.Model(encoder.inputs, encoder.layers[-3].output)
-        images, y = _inputs.sd_fit(spec, rng)
+        images, y = inputs["images"], inputs["target"]
         return _keras.fit(keras, model, images, y, spec, _keras.optimizer(keras, spec, "adam"),
                           keras.losses.MeanSquaredError(), to_device, output="moments")
     u = kw["unet"]
     model = guided_denoising_step(unet(**u))
-    latent, context, unconditional = _inputs.sd_denoising(spec, rng)
+    latent, context, unconditional = inputs["latent"], inputs["context"], inputs["unconditional"]
     t_emb = timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
     return predict(model, [latent, t_emb, context, unconditional], spec, output="latent")
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 
-from kbench.models import constructors
+from kbench.models import bert, decoder, mistral, resnet50, sam
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
-from kbench.adapters import _inputs as data
 
 _PACKAGES = ("tensorflow", "tf-keras", "keras-nlp", "keras-cv")
 
@@ -39,64 +38,61 @@ def load_reference(workload, arrays, spec: dict) -> dict:
 
 # ---------------------------------------------------------------- models
 
-def _bert(spec, rng):
+def _bert(spec, inputs):
     import keras_nlp
     import tensorflow as tf
     dropout = _keras.check_dropout(spec)
-    backbone = keras_nlp.models.BertBackbone(**constructors.keras_hub_bert_kwargs(spec["arch"]), **dropout)
+    backbone = keras_nlp.models.BertBackbone(**bert.keras_hub_kwargs(spec["arch"]), **dropout)
     model = keras_nlp.models.BertClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
                                             **dropout)
-    x, y = data.bert(spec, rng)
+    x, y = inputs["x"], inputs["labels"]
     if spec["task"] == "predict":
         return _predict(model, x, spec, evidence=_keras.bert_gelu(backbone))
     return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "adamw"),
                       _keras.logits_ce(tf.keras), _to_device, evidence=_keras.bert_gelu(backbone))
 
 
-def _resnet50(spec, rng):
+def _resnet50(spec, inputs):
     import tensorflow as tf
-    size = spec["arch"]["image_size"]
-    model = tf.keras.applications.ResNet50(weights=None, input_shape=(size, size, 3),
-                                           classes=spec["arch"]["num_classes"], classifier_activation=None)
-    x, y = data.images_and_labels(spec, rng)
-    return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "sgd"),
+    model = tf.keras.applications.ResNet50(**resnet50.keras_applications_kwargs(spec["arch"]))
+    return _keras.fit(tf.keras, model, inputs["images"], inputs["labels"], spec, _keras.optimizer(tf.keras, spec, "sgd"),
                       _keras.logits_ce(tf.keras), _to_device)
 
 
-def _mistral(spec, rng):
+def _mistral(spec, inputs):
     import keras_nlp
     import tensorflow as tf
-    backbone = keras_nlp.models.MistralBackbone(**constructors.keras_hub_mistral_kwargs(spec["arch"]))
+    backbone = keras_nlp.models.MistralBackbone(**mistral.keras_hub_kwargs(spec["arch"]))
     model = keras_nlp.models.MistralCausalLM(backbone, preprocessor=None)
     if spec["task"] == "generate":
-        return _keras.generate(model, data.causal_lm_prompt(spec, rng), spec, _to_device)
+        return _keras.generate(model, decoder.keras_prompt(spec, inputs["prompt"]), spec, _to_device)
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])
-    x, y, sample_weight = data.causal_lm_fit(spec, rng)
+    x, y, sample_weight = inputs["x"], inputs["targets"], inputs["sample_weight"]
     return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "adamw"),
                       _keras.logits_ce(tf.keras), _to_device, sample_weight=sample_weight)
 
 
-def _sam(spec, rng):
+def _sam(spec, inputs):
     import tensorflow as tf
     from keras_cv.src.models import ViTDetBackbone
     from keras_cv.src.models.segmentation.segment_anything import (SAMMaskDecoder, SAMPromptEncoder,
                                                                    SegmentAnythingModel, TwoWayTransformer)
-    kw = constructors.keras_cv_sam_kwargs(spec["arch"])
+    kw = sam.keras_cv_kwargs(spec["arch"])
     image_encoder = ViTDetBackbone(**kw["image_encoder"])
-    images = data.sam_images(spec, rng)
+    images = inputs["images"]
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
-        return _keras.fit(tf.keras, image_encoder, images, data.sam_embedding_target(spec, rng), spec,
+        return _keras.fit(tf.keras, image_encoder, images, inputs["target"], spec,
                           _keras.optimizer(tf.keras, spec, "adam"), tf.keras.losses.MeanSquaredError(), _to_device,
                           output="image_embedding")
     model = SegmentAnythingModel(
         backbone=image_encoder, prompt_encoder=SAMPromptEncoder(**kw["prompt_encoder"]),
         mask_decoder=SAMMaskDecoder(**kw["mask_decoder"], transformer=TwoWayTransformer(**kw["transformer"])))
-    return _predict(model, data.sam_prompts(spec, rng, images), spec, select=_keras.sam_masks)
+    return _predict(model, sam.keras_prompts(spec, images, inputs["points"]), spec, select=_keras.sam_masks)
 
 
-def _stable_diffusion(spec, rng):
+def _stable_diffusion(spec, inputs):
     from kbench.adapters import _keras_sd
-    return _keras_sd.build(spec, rng, _predict, _to_device)
+    return _keras_sd.build(spec, inputs, _predict, _to_device)
 
 
 MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "mistral": for_tasks(_mistral, "fit", "generate"),

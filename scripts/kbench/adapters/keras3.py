@@ -2,14 +2,14 @@
 tensorflow and torch backends.
 
 The backend is chosen by KERAS_BACKEND before keras is imported (framework_defs.<fw>.env). Models follow the anchor
-(keras-benchmarks v0.0.5), built from config with random weights; kbench.models.constructors gives the constructor kwargs.
+(keras-benchmarks v0.0.5), built from config with random weights; each model's family module (kbench.models.<family>)
+gives the constructor kwargs and draws the inputs.
 A step is exactly one Keras call: train_on_batch, one compiled forward call, or one generate call.
 """
 from __future__ import annotations
 
-from kbench.models import constructors
+from kbench.models import bert, decoder, gemma, mistral, resnet50, sam
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
-from kbench.adapters import _inputs as data
 
 _PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "torch")
 
@@ -44,55 +44,56 @@ def load_reference(workload, arrays, spec: dict) -> dict:
 
 # ---------------------------------------------------------------- models
 
-def _bert(spec, rng):
+def _bert(spec, inputs):
     import keras
     import keras_hub
     dropout = _keras.check_dropout(spec)
-    backbone = keras_hub.models.BertBackbone(**constructors.keras_hub_bert_kwargs(spec["arch"]), **dropout)
+    backbone = keras_hub.models.BertBackbone(**bert.keras_hub_kwargs(spec["arch"]), **dropout)
     # compile=False: a keras-hub task compiles itself with accuracy, and a later compile(metrics=None) does not
     # remove it (Keras keeps tracking the first compile's metrics): the step would compute accuracy every time
     model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
                                                 compile=False, **dropout)
-    x, y = data.bert(spec, rng)
+    x, y = inputs["x"], inputs["labels"]
     if spec["task"] == "predict":
         return _predict(model, x, spec, evidence=_keras.bert_gelu(backbone))
     return _keras.fit(keras, model, x, y, spec, _keras.optimizer(keras, spec, "adamw"), _keras.logits_ce(keras),
                       _to_device, evidence=_keras.bert_gelu(backbone))
 
 
-def _resnet50(spec, rng):
+def _resnet50(spec, inputs):
     import keras
-    size = spec["arch"]["image_size"]
-    model = keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=spec["arch"]["num_classes"],
-                                        classifier_activation=None)
-    x, y = data.images_and_labels(spec, rng)
-    return _keras.fit(keras, model, x, y, spec, _keras.optimizer(keras, spec, "sgd"), _keras.logits_ce(keras),
+    model = keras.applications.ResNet50(**resnet50.keras_applications_kwargs(spec["arch"]))
+    return _keras.fit(keras, model, inputs["images"], inputs["labels"], spec, _keras.optimizer(keras, spec, "sgd"), _keras.logits_ce(keras),
                       _to_device)
 
 
-def _causal_lm(spec, rng):
+def _causal_lm(cls_name: str, kwargs):
+    """The builder of a keras-hub causal LM: the task class's name in keras_hub.models, the family's kwargs."""
+    return for_tasks(lambda spec, inputs: _causal_lm_cell(spec, inputs, cls_name, kwargs), "fit", "generate")
+
+
+def _causal_lm_cell(spec, inputs, cls_name, kwargs):
     import keras
     import keras_hub
-    cls, kwargs = {"gemma": (keras_hub.models.GemmaCausalLM, constructors.keras_hub_gemma_kwargs),
-                   "mistral": (keras_hub.models.MistralCausalLM, constructors.keras_hub_mistral_kwargs)}[spec["model"]]
+    cls = getattr(keras_hub.models, cls_name)
     backbone = cls.backbone_cls(**kwargs(spec["arch"]))
     model = cls(backbone, preprocessor=None, compile=False)     # no default metrics (see _bert)
     if spec["task"] == "generate":
-        return _keras.generate(model, data.causal_lm_prompt(spec, rng), spec, _to_device)
+        return _keras.generate(model, decoder.keras_prompt(spec, inputs["prompt"]), spec, _to_device)
     backbone.enable_lora(rank=spec["task_options"]["lora_rank"])   # freezes everything but the LoRA factors
-    x, y, sample_weight = data.causal_lm_fit(spec, rng)
+    x, y, sample_weight = inputs["x"], inputs["targets"], inputs["sample_weight"]
     return _keras.fit(keras, model, x, y, spec, _keras.optimizer(keras, spec, "adamw"), _keras.logits_ce(keras),
                       _to_device, sample_weight=sample_weight)
 
 
-def _sam(spec, rng):
+def _sam(spec, inputs):
     import keras
     import keras_hub
-    kw = constructors.keras_hub_sam_kwargs(spec["arch"])
+    kw = sam.keras_hub_kwargs(spec["arch"])
     image_encoder = keras_hub.models.ViTDetBackbone(**kw["image_encoder"])
-    images = data.sam_images(spec, rng)
+    images = inputs["images"]
     if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
-        return _keras.fit(keras, image_encoder, images, data.sam_embedding_target(spec, rng), spec,
+        return _keras.fit(keras, image_encoder, images, inputs["target"], spec,
                           _keras.optimizer(keras, spec, "adam"), keras.losses.MeanSquaredError(), _to_device,
                           output="image_embedding")
     backbone = keras_hub.models.SAMBackbone(
@@ -100,16 +101,16 @@ def _sam(spec, rng):
         prompt_encoder=keras_hub.layers.SAMPromptEncoder(**kw["prompt_encoder"]),
         mask_decoder=keras_hub.layers.SAMMaskDecoder(**kw["mask_decoder"]))
     model = keras_hub.models.SAMImageSegmenter(backbone, preprocessor=None)
-    return _predict(model, data.sam_prompts(spec, rng, images), spec, select=_keras.sam_masks)
+    return _predict(model, sam.keras_prompts(spec, images, inputs["points"]), spec, select=_keras.sam_masks)
 
 
-def _stable_diffusion(spec, rng):
+def _stable_diffusion(spec, inputs):
     from kbench.adapters import _keras_sd
-    return _keras_sd.build(spec, rng, _predict, _to_device)
+    return _keras_sd.build(spec, inputs, _predict, _to_device)
 
 
-MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal_lm, "fit", "generate"),
-          "mistral": for_tasks(_causal_lm, "fit", "generate"), "sam": for_tasks(_sam, "fit", "predict"),
+MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": _causal_lm("GemmaCausalLM", gemma.keras_hub_kwargs),
+          "mistral": _causal_lm("MistralCausalLM", mistral.keras_hub_kwargs), "sam": for_tasks(_sam, "fit", "predict"),
           "stable_diffusion": for_tasks(_stable_diffusion, "fit", "predict"), "resnet50": {"fit": _resnet50}}
 
 

@@ -1,5 +1,5 @@
 """Native PyTorch adapter: HF transformers (BERT, Gemma, Mistral) with peft LoRA, diffusers (StableDiffusion v1.4),
-Meta segment-anything (SAM), torchvision (ResNet-50). Random weights from configs (kbench.models.constructors), never downloads.
+Meta segment-anything (SAM), torchvision (ResNet-50). Random weights from configs (kbench.models.<family>), never downloads.
 
 Two columns share this module: eager, and compiled with torch.compile(mode="reduce-overhead") as the anchor; where
 torch.compile goes is the cell's settings.compile_site: module (the model), train-step (the whole fit step, the anchor's
@@ -24,9 +24,9 @@ import functools
 import numpy as np
 import torch
 
-from kbench.models import constructors
-from kbench.adapters import Backend, NotSupported, Workload, _hooks, backward_and_step, dtype_name, for_tasks
-from kbench.adapters import _inputs as data
+from kbench.models import bert, decoder, gemma, mistral, resnet50, sam, stable_diffusion
+from kbench.adapters import (Backend, NotSupported, Workload, _hooks, backward_and_step, channels_first, dtype_name,
+                             for_tasks)
 
 _PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "diffusers", "segment-anything")
 COMPILE_MODE = "reduce-overhead"     # the anchor's mode: CUDA graphs on a GPU, plain inductor on a CPU
@@ -115,14 +115,14 @@ def _built(spec, device, make):
         torch.set_default_dtype(previous)
 
 
-def _bert(spec, rng, device):
+def _bert(spec, inputs, device):
     import transformers
-    config = transformers.BertConfig(**constructors.hf_bert_config(spec["arch"], spec["settings"]["gelu"],
+    config = transformers.BertConfig(**bert.hf_config(spec["arch"], spec["settings"]["gelu"],
                                                              _check_dropout(spec)))
     model = _built(spec, device, lambda: transformers.BertForSequenceClassification(config))
-    x, labels = data.bert(spec, rng)
-    inputs = _tensors(data.torch_bert(x), device)
-    gelu = {"gelu": {v: k for k, v in constructors.HF_GELU.items()}[config.hidden_act]}
+    labels = inputs["labels"]
+    inputs = _tensors(bert.torch_inputs(inputs["x"]), device)
+    gelu = {"gelu": {v: k for k, v in bert.HF_GELU.items()}[config.hidden_act]}
     logits = lambda out: {"logits": out.logits}         # noqa: E731
     if spec["task"] == "predict":
         return _predict(model, inputs, spec, outputs=logits, evidence=gelu)
@@ -136,15 +136,13 @@ def _check_dropout(spec):
     return 0.0 if spec.get("equivalence") else None
 
 
-def _resnet50(spec, rng, device):
+def _resnet50(spec, inputs, device):
     import torchvision
-    model = _built(spec, device, lambda: torchvision.models.resnet50(weights=None,
-                                                                      num_classes=spec["arch"]["num_classes"]))
+    model = _built(spec, device, lambda: torchvision.models.resnet50(**resnet50.torchvision_kwargs(spec["arch"])))
     if (spec.get("equivalence") or {}).get("aligned"):
         _as_keras_resnet50(model)
-    images, labels = data.images_and_labels(spec, rng)
-    target = _tensors(labels.astype("int64"), device)                # cross_entropy takes int64 class indices
-    return _fit(model, _tensors((data.channels_first(images),), device), spec, "sgd",
+    target = _tensors(inputs["labels"].astype("int64"), device)      # cross_entropy takes int64 class indices
+    return _fit(model, _tensors((channels_first(inputs["images"]),), device), spec, "sgd",
                 loss=lambda logits: torch.nn.functional.cross_entropy(logits, target),
                 outputs=lambda logits: {"logits": logits})
 
@@ -163,20 +161,23 @@ def _as_keras_resnet50(model):
             module.eps = 1.001e-5
 
 
-def _causal_lm(spec, rng, device):
+def _causal_lm(name: str, kwargs):
+    """The builder of a transformers causal LM: its classes' stem (transformers.<name>Config,
+    <name>ForCausalLM), the family's config kwargs."""
+    return for_tasks(lambda spec, inputs, device: _causal_lm_cell(spec, inputs, device, name, kwargs), "fit", "generate")
+
+
+def _causal_lm_cell(spec, inputs, device, name, kwargs):
     import transformers
-    config_cls, model_cls, kwargs = {
-        "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM, constructors.hf_gemma_config),
-        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, constructors.hf_mistral_config),
-    }[spec["model"]]
+    config_cls, model_cls = getattr(transformers, f"{name}Config"), getattr(transformers, f"{name}ForCausalLM")
     config = config_cls(**kwargs(spec["arch"]))
     model = _built(spec, device, lambda: model_cls(config))
     if spec["task"] == "generate":
-        return _generate(model, data.prompt_tokens(spec, rng), spec, device)
+        return _generate(model, inputs["prompt"], spec, device)
     import peft
     model = peft.get_peft_model(model, peft.LoraConfig(r=spec["task_options"]["lora_rank"], lora_dropout=0.0,
-                                                       target_modules=constructors.PEFT_LORA_TARGETS))
-    x, targets, _ = data.causal_lm_fit(spec, rng)        # the Keras cells' tokens and next-token targets
+                                                       target_modules=decoder.PEFT_LORA_TARGETS))
+    x, targets = inputs["x"], inputs["targets"]        # the Keras cells' tokens and next-token targets
     inputs = _tensors({"input_ids": x["token_ids"].astype("int64"),
                        "attention_mask": x["padding_mask"].astype("int64")}, device)
     target = _tensors(targets.astype("int64"), device).flatten()
@@ -236,17 +237,17 @@ def _generate(model, prompt, spec, device):
                      generated_tokens=lambda out: out.shape[0] * (out.shape[1] - prompt.shape[1]))
 
 
-def _sam(spec, rng, device):
-    sam = _built(spec, device, lambda: _segment_anything(spec["arch"]))
-    images = _tensors(data.channels_first(data.sam_images(spec, rng)), device)
+def _sam(spec, inputs, device):
+    model = _built(spec, device, lambda: _segment_anything(spec["arch"]))
+    images = _tensors(channels_first(inputs["images"]), device)
     if spec["task"] == "fit":   # the image encoder alone against a random embedding, as the anchor
-        target = _tensors(data.channels_first(data.sam_embedding_target(spec, rng)), device)
-        return _fit(SamImageEncoder(sam.image_encoder), (images,), spec, "adam", loss=_mse(target),
+        target = _tensors(channels_first(inputs["target"]), device)
+        return _fit(SamImageEncoder(model.image_encoder), (images,), spec, "adam", loss=_mse(target),
                     outputs=lambda embedding: {"image_embedding": _channels_last(embedding)})
-    points = data.sam_points(spec, rng)                 # one prompt of num_points points per image
+    points = inputs["points"]                           # one prompt of num_points points per image
     n, k = points.shape[:2]
     prompts = _tensors((points.reshape(n, 1, k, 2), np.ones((n, 1, k), "int64")), device)
-    return _predict(SamPredict(sam), (images, *prompts), spec,
+    return _predict(SamPredict(model), (images, *prompts), spec,
                     outputs=lambda found: {"masks": torch.cat([masks for masks, _ in found]),
                                            "iou": torch.cat([iou for _, iou in found])})
 
@@ -258,7 +259,7 @@ def _channels_last(x):
 def _segment_anything(arch):
     """segment_anything.modeling's parts wired as segment_anything.build_sam does, at any size."""
     from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, Sam, TwoWayTransformer
-    kw = constructors.segment_anything_kwargs(arch)
+    kw = sam.segment_anything_kwargs(arch)
     return Sam(image_encoder=ImageEncoderViT(**kw["image_encoder"],
                                              norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6)),
                prompt_encoder=PromptEncoder(**kw["prompt_encoder"]),
@@ -316,11 +317,11 @@ class SamPredict(_Normalizing):
         return outputs
 
 
-def _stable_diffusion(spec, rng, device):
-    kw = constructors.diffusers_sd_kwargs(spec["arch"])
+def _stable_diffusion(spec, inputs, device):
+    kw = stable_diffusion.diffusers_kwargs(spec["arch"])
     if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from diffusers.models.autoencoders.vae import Encoder
-        images, target = (_tensors(data.channels_first(a), device) for a in data.sd_fit(spec, rng))
+        images, target = (_tensors(channels_first(inputs[k]), device) for k in ("images", "target"))
         encoder = _built(spec, device, lambda: Encoder(**kw["vae_encoder"]))
         if (spec.get("equivalence") or {}).get("aligned"):
             _as_keras_cv_sd(encoder)
@@ -344,8 +345,8 @@ def _stable_diffusion(spec, rng, device):
     # device, with a stream sync, on every call: diffusers unet_2d_condition.py, `timesteps[None].to(device)`).
     t = int(scheduler.timesteps[0])
     timestep = torch.tensor([t], device=device)
-    latent, context, unconditional = data.sd_denoising(spec, rng)
-    latents, contexts = _tensors((data.channels_first(latent), np.concatenate([unconditional, context])), device)
+    latent, context, unconditional = inputs["latent"], inputs["context"], inputs["unconditional"]
+    latents, contexts = _tensors((channels_first(latent), np.concatenate([unconditional, context])), device)
     forward, autocast = _maybe_compile(unet, spec), _autocast(spec, device)
 
     def denoise():
@@ -371,8 +372,8 @@ def _as_keras_cv_sd(module):
             layer.eps = 1e-5
 
 
-MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": for_tasks(_causal_lm, "fit", "generate"),
-          "mistral": for_tasks(_causal_lm, "fit", "generate"), "sam": for_tasks(_sam, "fit", "predict"),
+MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": _causal_lm("Gemma", gemma.hf_config),
+          "mistral": _causal_lm("Mistral", mistral.hf_config), "sam": for_tasks(_sam, "fit", "predict"),
           "stable_diffusion": for_tasks(_stable_diffusion, "fit", "predict"), "resnet50": {"fit": _resnet50}}
 
 

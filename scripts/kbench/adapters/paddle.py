@@ -1,5 +1,5 @@
 """PaddlePaddle adapter: paddlenlp (BERT), ppdiffusers (StableDiffusion v1.4's UNet, VAE encoder and DDIM scheduler),
-paddle.vision (ResNet-50, v1.5 as torchvision's). Random weights from configs (kbench.models.constructors), never downloads.
+paddle.vision (ResNet-50, v1.5 as torchvision's). Random weights from configs (kbench.models.<family>), never downloads.
 
 Two columns share this module: paddle-dygraph (the dynamic graph, Paddle's eager mode) and paddle-static
 (paddle.jit.to_static(full_graph=False): SOT, which translates Python bytecode into static graphs and falls back to
@@ -28,9 +28,9 @@ import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 
-from kbench.models import constructors  # noqa: E402
-from kbench.adapters import Backend, NotSupported, Workload, _hooks, backward_and_step, for_tasks  # noqa: E402
-from kbench.adapters import _inputs as data  # noqa: E402
+from kbench.models import bert, resnet50, stable_diffusion  # noqa: E402
+from kbench.adapters import (Backend, NotSupported, Workload, _hooks, backward_and_step, channels_first,  # noqa: E402
+                             for_tasks)
 
 _PACKAGES = ("paddlepaddle", "paddlepaddle-gpu", "paddlenlp", "ppdiffusers")
 
@@ -60,14 +60,14 @@ def refuse(spec: dict) -> None:
 
 # ---------------------------------------------------------------- models
 
-def _bert(spec, rng):
+def _bert(spec, inputs):
     from paddlenlp.transformers import BertConfig, BertForSequenceClassification
-    config = BertConfig(**constructors.paddlenlp_bert_config(spec["arch"], _check_dropout(spec)))
+    config = BertConfig(**bert.paddlenlp_config(spec["arch"], _check_dropout(spec)))
     model = BertForSequenceClassification(config)
     gelu = _set_gelu(model, spec["settings"]["gelu"])
-    x, labels = data.bert(spec, rng)
+    labels = inputs["labels"]
     # An explicit mask: without one paddlenlp masks every token equal to pad_token_id (0), HF and keras-hub none.
-    inputs = _tensors(data.torch_bert(x))
+    inputs = _tensors(bert.torch_inputs(inputs["x"]))
     forward = lambda m, **kw: _first(m(**kw, return_dict=False))       # noqa: E731
     logits = lambda out: {"logits": out}                                 # noqa: E731
     if spec["task"] == "predict":
@@ -100,14 +100,13 @@ def _check_dropout(spec):
     return 0.0 if spec.get("equivalence") else None
 
 
-def _resnet50(spec, rng):
-    model = paddle.vision.models.resnet50(num_classes=spec["arch"]["num_classes"])
+def _resnet50(spec, inputs):
+    model = paddle.vision.models.resnet50(**resnet50.paddle_vision_kwargs(spec["arch"]))
     if (spec.get("equivalence") or {}).get("aligned"):
         _as_keras_resnet50(model)
-    images, labels = data.images_and_labels(spec, rng)
-    target = _tensors(labels.astype("int64"))
+    images, target = inputs["images"], _tensors(inputs["labels"].astype("int64"))
     return _fit(model, _loss_layer(model, lambda logits: F.cross_entropy(logits, target)),
-                {"x": _tensors(data.channels_first(images))}, spec, "sgd", outputs=lambda logits: {"logits": logits})
+                {"x": _tensors(channels_first(images))}, spec, "sgd", outputs=lambda logits: {"logits": logits})
 
 
 def _as_keras_resnet50(model):
@@ -123,11 +122,11 @@ def _as_keras_resnet50(model):
             module._epsilon = 1.001e-5
 
 
-def _stable_diffusion(spec, rng):
-    kw = constructors.diffusers_sd_kwargs(spec["arch"])     # ppdiffusers mirrors diffusers' constructors
+def _stable_diffusion(spec, inputs):
+    kw = stable_diffusion.diffusers_kwargs(spec["arch"])     # ppdiffusers mirrors diffusers' constructors
     if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from ppdiffusers.models.vae import Encoder
-        images, target = (_tensors(data.channels_first(a)) for a in data.sd_fit(spec, rng))
+        images, target = (_tensors(channels_first(inputs[k])) for k in ("images", "target"))
         encoder = Encoder(**kw["vae_encoder"])
         return _fit(encoder, _loss_layer(encoder, lambda moments: F.mse_loss(moments, target)), {"x": images}, spec, "adam",
                     outputs=lambda moments: {"moments": _channels_last(moments)})
@@ -142,8 +141,8 @@ def _stable_diffusion(spec, rng):
     scheduler.set_timesteps(50)
     t = int(scheduler.timesteps[0])
     timestep = paddle.to_tensor([t])
-    latent, context, unconditional = data.sd_denoising(spec, rng)
-    latents, contexts = _tensors((data.channels_first(latent), np.concatenate([unconditional, context])))
+    latent, context, unconditional = inputs["latent"], inputs["context"], inputs["unconditional"]
+    latents, contexts = _tensors((channels_first(latent), np.concatenate([unconditional, context])))
     forward = _Call(unet, lambda m, x: m(x, timestep, encoder_hidden_states=contexts, return_dict=False)[0])
 
     def denoise(call):

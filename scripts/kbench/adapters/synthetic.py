@@ -93,7 +93,7 @@ class OutOfMemoryError(RuntimeError):
     """torch.OutOfMemoryError's name and words, without torch."""
 
 
-def _matmul(spec: dict, rng) -> Workload:
+def _matmul(spec: dict, inputs) -> Workload:
     options = spec["task_options"]
     fault = options.get("fault") or os.environ.get("KBENCH_SYNTHETIC_FAULT")
     once = os.environ.get("KBENCH_SYNTHETIC_FAIL_ONCE")
@@ -124,7 +124,7 @@ def _matmul(spec: dict, rng) -> Workload:
     time.sleep(float(options.get("build_s") or os.environ.get("KBENCH_SYNTHETIC_BUILD_S") or 0))
     n = spec["arch"]["matrix_size"]
     dtype = np.dtype(options.get("dtype") or spec["dtypes"]["compute"])
-    a, b = rng.standard_normal((n, n)).astype(dtype), rng.standard_normal((n, n)).astype(dtype)
+    a, b = inputs["a"].astype(dtype), inputs["b"].astype(dtype)
     trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504
     device_seconds = float(options.get("device_ms") or os.environ.get("KBENCH_SYNTHETIC_DEVICE_MS") or 0) / 1e3

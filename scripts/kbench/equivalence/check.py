@@ -30,7 +30,7 @@ import traceback
 import numpy as np
 
 from kbench import cell
-from kbench.models import weights
+from kbench.models import family, weights
 from kbench.stacks import lockcheck
 
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
@@ -39,36 +39,14 @@ FILES_ENV = "KBENCH_FILES"
 
 # ---------------------------------------------------------------- tolerance
 
-def contraction_and_depth(model: str, arch: dict, inputs: dict, task: str | None = None) -> tuple[int, int]:
-    """(K, D): the longest contraction of the products of the model the task runs and how many run in sequence."""
-    a = arch
-    if model == "bert":
-        return max(a["hidden_dim"], a["intermediate_dim"], inputs["sequence_length"]), 6 * a["num_layers"] + 3
-    if model in ("gemma", "mistral"):
-        head = a.get("head_dim") or a["hidden_dim"] // a["num_query_heads"]
-        return (max(a["hidden_dim"], a["intermediate_dim"], inputs["sequence_length"], head * a["num_query_heads"]),
-                7 * a["num_layers"] + 1)
-    if model == "sam":
-        return (max(a["encoder_intermediate_dim"], a["decoder_intermediate_dim"],
-                    (a["image_size"] // a["patch_size"]) ** 2),
-                6 * a["encoder_num_layers"] + 8 * a["decoder_num_layers"] + 12)
-    if model == "stable_diffusion" and task == "fit":
-        # the VAE encoder (not the UNet): 3x3 convs up to its widest level, the middle's attention over the last
-        # level's pixels; in sequence conv_in, 2 convs per ResnetBlock and a downsampling conv per level, the
-        # middle's 2 blocks (4) and attention (q/k/v, scores, values, output: 4), conv_out
-        channels, levels = a["vae_block_channels"], len(a["vae_block_channels"])
-        pixels = (a["image_size"] // 2 ** (levels - 1)) ** 2
-        return max(9 * max(channels), pixels), levels * (2 * a["vae_layers_per_block"] + 1) + 9
-    if model == "stable_diffusion":
-        channels = a["unet_block_channels"]
-        return 9 * 2 * max(channels), 6 * len(channels) * a["unet_layers_per_block"] + 12
-    if model == "resnet50":
-        return 9 * 512, 53
-    return 1024, 16
+def contraction_and_depth(spec) -> tuple[int, int]:
+    """(K, D): the longest contraction of the products of the model the task runs and how many run in sequence,
+    from the model's family (its `contraction_and_depth` fact)."""
+    return family.of(spec["model"]).contraction_and_depth(spec)
 
 
 def tolerance(spec: dict, dtype: str = "float32") -> float:
-    k, d = contraction_and_depth(spec["model"], spec["arch"], spec["inputs"], spec["task"])
+    k, d = contraction_and_depth(spec)
     return 2 * UNIT_ROUNDOFF[dtype] * math.sqrt(k * d)
 
 

@@ -14,6 +14,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from kbench import precision, records
+from kbench.models import family
 from kbench.host import REPO
 
 TASKS = ("fit", "predict", "generate")
@@ -61,6 +62,10 @@ def check_references(config: dict, repo: Path = REPO) -> None:
     for i, name in enumerate(config["precisions"]):
         _require(name, precision.PRECISIONS, f"precisions[{i}]")
     for model, model_def in models.items():
+        # what the model is (constructors, inputs, FLOPs, tolerance) lives in its family module: none, no cells
+        _require(model, family.families(), f"model_defs.{model} (a model's family module, kbench/models/<family>.py)")
+        for task in model_def["tasks"]:
+            _require(task, family.of(model).tasks, f"model_defs.{model}.tasks (the tasks its family module steps)")
         for i, name in enumerate(model_def["precisions"]):
             _require(name, precision.PRECISIONS, f"model_defs.{model}.precisions[{i}]")
     _require(config["precision_study"]["baseline"], precision.PRECISIONS, "precision_study.baseline")

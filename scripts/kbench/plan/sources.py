@@ -1,5 +1,6 @@
 """Which of this repository's source files a cell process runs: every kbench module the runner and the cell's adapter
-import, directly or through each other, read from their import statements (function-level imports included).
+import, directly or through each other, read from their import statements (function-level imports included), and
+every model family's module where the family registry is among them (it finds them, kbench.models.family).
 
 Rule `cell` takes them as inputs, so editing any of them reruns exactly the cells that run it; a module added to the
 runner's imports joins the list by itself. Each cell records the kbench modules it really imported
@@ -10,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from kbench import layout
+from kbench.models import family
 from kbench.host import REPO
 
 SCRIPTS = REPO / "scripts"
@@ -27,6 +29,8 @@ def modules(roots: list[str]) -> list[str]:
         parts = module.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]      # importing a.b runs a/__init__ first
         todo += sorted(_imported(module, _path(module)))
+        if module == "kbench.models.family":      # it finds the family modules rather than importing them by name
+            todo += family.family_modules()
     return sorted(seen)
 
 

@@ -33,7 +33,7 @@ import pandas as pd
 
 from kbench import cell
 from kbench.gpu import peaks
-from kbench.models import constructors
+from kbench.models import family
 from kbench.plan import departures
 from kbench.results import flops, stats
 from kbench.precision import baselines as precision_baselines, label as precision_table_label
@@ -254,7 +254,7 @@ def network_flags(summary: pd.DataFrame) -> pd.Series:
         low, high = group.flops_per_step.min(), group.flops_per_step.max()
         built = []
         for value, columns in group.groupby("flops_per_step", sort=True):
-            name = constructors.network_name(group.name[0], columns.adapter.iloc[0])
+            name = family.of(group.name[0]).network(columns.adapter.iloc[0])
             built.append(f"{name}: {', '.join(columns.framework)} ({value:.4g} FLOPs/step)")
         return f"FLOPs/step differ by {high / low - 1:.1%}: " + "; ".join(built)
     if counted.empty:
@@ -408,20 +408,16 @@ def precision_speedup_table(summary: pd.DataFrame, frameworks: list[str], baseli
 
 
 # What examples_per_s counts: one batch element of the step.
-EXAMPLE = {("bert", "fit"): "sequence", ("bert", "predict"): "sequence", ("resnet50", "fit"): "image",
-           ("sam", "fit"): "image", ("sam", "predict"): "image with its point prompt",
-           ("stable_diffusion", "fit"): "image",
-           ("stable_diffusion", "predict"): "latent through one guided denoising step (not a finished image)",
-           ("gemma", "fit"): "sequence", ("mistral", "fit"): "sequence",
-           ("gemma", "generate"): "sequence (one whole generate call)",
-           ("mistral", "generate"): "sequence (one whole generate call)"}
+def example(model: str, task: str) -> str:
+    """What one example of the step is (the model family's `example` fact)."""
+    return family.of(model).example[task]
 
 
 def throughput_table(summary: pd.DataFrame) -> pd.DataFrame:
     ok = summary[summary.status == "ok"]
     table = ok.set_index(ROW_KEYS + ["framework"])[
         ["examples_per_s", "tokens_per_s", "flops_per_step", "tflops_per_s", "arithmetic", "peak_tflops", "mfu"]]
-    table.insert(1, "one example is", [EXAMPLE.get(key[:2], "batch element") for key in table.index])
+    table.insert(1, "one example is", [example(*key[:2]) for key in table.index])
     table = table.assign(flops_per_step=table.flops_per_step.map(lambda f: f"{f:.4g}" if pd.notna(f) else None),
                          mfu=(table.mfu * 100).round(2))
     return table.rename(columns={"mfu": "MFU %"}).round({"examples_per_s": 2, "tokens_per_s": 1,

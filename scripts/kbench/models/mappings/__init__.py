@@ -1,5 +1,6 @@
 """The equivalence check's mappings of the reference (Keras 3 weights, kbench.models.weights) onto every other column's
-models, one module per model; this registry is the one place the adapters ask.
+models, one module per model, named by its family's `layouts` fact (kbench.models.family); the functions here are the
+one place the adapters ask.
 
 A model module provides MAPPINGS {(model, task): kbench.models.weights.Mapping} onto the native PyTorch modules, DERIVED
 (regexes of native names no reference array is mapped to: buffers, tied weights, factors the column initialises
@@ -10,20 +11,21 @@ from __future__ import annotations
 
 import re
 
-from kbench.models.mappings import bert, gemma, mistral, resnet50, sam, stable_diffusion
 
-MODULES = {"bert": bert, "gemma": gemma, "mistral": mistral, "resnet50": resnet50, "sam": sam,
-           "stable_diffusion": stable_diffusion}
+
+def _layouts(model: str):
+    from kbench.models import family       # here: the family modules import their layouts from this package
+    return family.of(model).layouts if model in family.families() else None
 
 
 def mapping(model: str, task: str):
     """The Mapping of a model's task onto its native module, or None (no mapping yet: the check says so)."""
-    module = MODULES.get(model)
+    module = _layouts(model)
     return getattr(module, "MAPPINGS", {}).get((model, task)) if module else None
 
 
 def derived(model: str, name: str) -> bool:
-    module = MODULES.get(model)
+    module = _layouts(model)
     return any(re.fullmatch(pattern, name) for pattern in getattr(module, "DERIVED", ()))
 
 
@@ -38,5 +40,5 @@ def load_report(model: str, mapping, arrays, missing, unexpected) -> dict:
 
 
 def keras2_order(model: str, task: str):
-    module = MODULES.get(model)
+    module = _layouts(model)
     return getattr(module, "KERAS2_ORDER", {}).get((model, task)) if module else None

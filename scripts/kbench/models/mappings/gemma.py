@@ -4,7 +4,7 @@ HF converter, utils/transformers/convert_gemma.py convert_weights; HF ties lm_he
 (modeling_gemma.py _tied_weights_keys), so no reference array maps to it."""
 import numpy as np
 
-from kbench.models.constructors import PEFT_LORA_TARGETS
+from kbench.models.decoder import PEFT_LORA_TARGETS
 from kbench.models.weights import EINSUM_OUT, T, Layout, Mapping, Rule
 
 # q/k/v kernels (heads, hidden, head_dim) -> Linear (heads*head_dim, hidden); convert_gemma.py's hook inverted

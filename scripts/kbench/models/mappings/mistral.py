@@ -2,7 +2,7 @@
 (fit). The key list and layouts of keras-hub 0.32's HF converter, utils/transformers/convert_mistral.py
 convert_weights, without its astype(np.float16) (it rounds every weight through float16); lm_head is untied on both
 sides (mistral_backbone.py: ReversibleEmbedding(tie_weights=False))."""
-from kbench.models.constructors import PEFT_LORA_TARGETS
+from kbench.models.decoder import PEFT_LORA_TARGETS
 from kbench.models.weights import EINSUM_IN, EINSUM_OUT, T, Mapping, Rule
 
 LORA = (r".*/lora_kernel_[ab]",)       # keras-hub's per-head factors: peft's flat ones cannot hold them (DERIVED)
