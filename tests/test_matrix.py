@@ -33,10 +33,11 @@ def test_paper_suite_has_every_anchor_row_and_the_precision_study_for_every_fram
 
 
 def test_not_applicable_cells_are_the_keras2_llms_and_the_paddle_llms_and_sam(config):
-    """Native compiled LoRA fits run (the anchor compiled them); Keras 2 has no Gemma and no bf16 Mistral; the
-    Paddle columns have no Gemma, Mistral or SAM class in their packages (no other architecture stands in)."""
+    """Native compiled LoRA fits run (the anchor compiled them); Keras 2 has no Gemma and no bf16 Mistral or Llama 3;
+    the Paddle columns have no Gemma, Mistral or SAM class in their packages and no bf16 Llama (no other
+    architecture stands in)."""
     na = {(c.model, c.task, c.batch_size, c.framework) for c in matrix.cells(config) if c.not_applicable}
-    llm = {(m, t, b) for m in ("gemma", "mistral") for t, b in (("fit", 8), ("generate", 32), ("generate", 1))}
+    llm = {(m, t, b) for m in ("gemma", "mistral", "llama") for t, b in (("fit", 8), ("generate", 32), ("generate", 1))}
     paddle = ("paddle-dygraph", "paddle-static")
     assert na == {(*row, "keras2") for row in llm} | {(*row, f) for row in llm | {("sam", "fit", 1),
                                                                                   ("sam", "predict", 4)}
@@ -54,7 +55,8 @@ def test_paddle_na_reasons_name_the_missing_class_in_the_locked_packages(config)
         assert "paddlenlp 2.8.1" in reasons["gemma", framework] and "paddlenlp 2.8.1" in reasons["mistral", framework]
         assert "no PaddlePaddle Segment Anything on PyPI" in reasons["sam", framework]
         assert all(reasons[m, framework] is None for m in ("bert", "stable_diffusion", "resnet50"))
-        assert not any("llama" in (r or "").lower() for r in reasons.values())
+        assert not any("llama" in (reasons[m, framework] or "").lower() for m in ("gemma", "mistral"))
+        assert "paddlenlp 2.8.1" in reasons["llama", framework] and "bfloat16" in reasons["llama", framework]
 
 
 def test_paddle_columns_share_a_stack_and_only_the_static_one_compiles(config):

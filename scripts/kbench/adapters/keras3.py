@@ -8,7 +8,7 @@ A step is exactly one Keras call: train_on_batch, one compiled forward call, or 
 """
 from __future__ import annotations
 
-from kbench.models import bert, decoder, gemma, mistral, resnet50, sam
+from kbench.models import bert, decoder, gemma, llama, mistral, resnet50, sam
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 
 _PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "torch")
@@ -110,7 +110,8 @@ def _stable_diffusion(spec, inputs):
 
 
 MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": _causal_lm("GemmaCausalLM", gemma.keras_hub_kwargs),
-          "mistral": _causal_lm("MistralCausalLM", mistral.keras_hub_kwargs), "sam": for_tasks(_sam, "fit", "predict"),
+          "mistral": _causal_lm("MistralCausalLM", mistral.keras_hub_kwargs),
+          "llama": _causal_lm("Llama3CausalLM", llama.keras_hub_kwargs), "sam": for_tasks(_sam, "fit", "predict"),
           "stable_diffusion": for_tasks(_stable_diffusion, "fit", "predict"), "resnet50": {"fit": _resnet50}}
 
 

@@ -24,7 +24,7 @@ import functools
 import numpy as np
 import torch
 
-from kbench.models import bert, decoder, gemma, mistral, resnet50, sam, stable_diffusion
+from kbench.models import bert, decoder, gemma, llama, mistral, resnet50, sam, stable_diffusion
 from kbench.adapters import (Backend, NotSupported, Workload, _hooks, backward_and_step, channels_first, dtype_name,
                              for_tasks)
 
@@ -373,7 +373,7 @@ def _as_keras_cv_sd(module):
 
 
 MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": _causal_lm("Gemma", gemma.hf_config),
-          "mistral": _causal_lm("Mistral", mistral.hf_config), "sam": for_tasks(_sam, "fit", "predict"),
+          "mistral": _causal_lm("Mistral", mistral.hf_config), "llama": _causal_lm("Llama", llama.hf_config), "sam": for_tasks(_sam, "fit", "predict"),
           "stable_diffusion": for_tasks(_stable_diffusion, "fit", "predict"), "resnet50": {"fit": _resnet50}}
 
 
