@@ -208,6 +208,10 @@ def _generate(model, prompt, spec, device):
     prompt = _tensors(prompt, device)
     mask = torch.ones_like(prompt)
     model = _place(model, spec, device).eval()
+    # generate() fills a None eos_token_id from the model's own generation_config (Llama's and Mistral's 2, Gemma's
+    # 1), and min_new_tokens then masks that token out of the greedy choice: the Keras columns (stop_token_ids=None)
+    # would pick it, so the tokens would part where it is the argmax.
+    model.generation_config.eos_token_id = None
     if compiled and not own_compile:
         if not callable(getattr(model, "_setup_cache", None)):      # 4.38: Llama and Gemma only
             raise NotSupported(f"transformers {transformers.__version__} has no static KV cache for "
