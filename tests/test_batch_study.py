@@ -1,6 +1,7 @@
 """The batch study: the cost model recovers a known fixed cost and per-example cost (and its knee), the claim's verdict
 reads each case right, the ladders' bad input is one line, and a rung above an oom rung is not run."""
 import copy
+import dataclasses
 import random
 
 import pandas as pd
@@ -358,7 +359,9 @@ class _Backend:
 
 
 def test_a_cell_without_a_device_profiler_says_why_and_a_failing_profiler_never_fails_the_cell():
-    spec, workload = {"steps": {"timed": 3}}, type("W", (), {"step": staticmethod(lambda: None)})()
+    spec = matrix.spec(CONFIG, "tiny", "bert", "fit", 32, "float32", "native-torch-eager")
+    spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=3))
+    workload = type("W", (), {"step": staticmethod(lambda: None)})()
     on_cpu = runner.device_busy(spec, _Backend("cpu", None), workload, lambda out: None)
     assert on_cpu["share"] is None and "a CPU step is host work throughout" in on_cpu["reason"]
 

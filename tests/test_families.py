@@ -33,7 +33,7 @@ def tiny_specs(name: str) -> list[dict]:
     specs = []
     for cell in matrix.cells(CPU_CONFIG, "tiny"):
         if cell.model == name and cell.precision == model_def["precisions"][0] and not cell.not_applicable and \
-                (cell.task, cell.batch_size) not in {(s["task"], s["batch_size"]) for s in specs}:
+                (cell.task, cell.batch_size) not in {(s.task, s.batch_size) for s in specs}:
             specs.append(matrix.spec(CPU_CONFIG, "tiny", cell.model, cell.task, cell.batch_size, cell.precision,
                                      cell.framework))
     return specs
@@ -54,12 +54,12 @@ def test_a_family_gives_every_fact_for_every_task_its_config_runs(name):
 @pytest.mark.parametrize("name", [n for n in FAMILIES if tiny_specs(n)])
 def test_a_family_draws_the_same_inputs_from_a_seed_and_counts_flops_on_every_tiny_cell(name):
     for spec in tiny_specs(name):
-        drawn = family.of(name).draw(spec, np.random.default_rng(spec["seed"]))
-        again = family.of(name).draw(spec, np.random.default_rng(spec["seed"]))
+        drawn = family.of(name).draw(spec, np.random.default_rng(spec.seed))
+        again = family.of(name).draw(spec, np.random.default_rng(spec.seed))
         arrays = [a for a in _leaves(drawn)]
-        assert arrays and all(a.shape[0] == spec["batch_size"] for a in arrays if a.ndim), spec["cell_id"]
-        assert all(np.array_equal(a, b) for a, b in zip(arrays, _leaves(again))), spec["cell_id"]
-        assert flops.per_step(spec) > 0, spec["cell_id"]
+        assert arrays and all(a.shape[0] == spec.batch_size for a in arrays if a.ndim), spec.cell_id
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, _leaves(again))), spec.cell_id
+        assert flops.per_step(spec) > 0, spec.cell_id
         k, d = family.of(name).contraction_and_depth(spec)
         assert k > 0 and d > 0
 

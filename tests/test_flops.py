@@ -24,8 +24,8 @@ def spec_of(model, task, size="paper", batch=None, arch=None, **task_options):
     batch = batch or model_def["tasks"][task]["batch_sizes"][0]
     spec = matrix.spec(CPU_CONFIG, suite, model, task, batch, model_def["precisions"][0], "native-torch-eager")
     spec = copy.deepcopy(spec)
-    spec["arch"].update(arch or {})
-    spec["task_options"].update(task_options)
+    spec.arch.update(arch or {})
+    spec.task_options.update(task_options)
     return spec
 
 
@@ -45,27 +45,27 @@ def forward_parts(parts):
 def test_every_cell_of_both_suites_has_a_count_and_its_parts_add_up():
     for spec in every_cell_spec():
         parts = flops.breakdown(spec)
-        assert flops.per_step(spec) == sum(parts.values()) > 0, spec["cell_id"]
-        assert all(isinstance(v, int) and v > 0 for v in parts.values()), (spec["cell_id"], parts)
+        assert flops.per_step(spec) == sum(parts.values()) > 0, spec.cell_id
+        assert all(isinstance(v, int) and v > 0 for v in parts.values()), (spec.cell_id, parts)
         has_backward = any(k.startswith("backward: ") for k in parts)
-        assert has_backward == (spec["task"] == "fit"), spec["cell_id"]
+        assert has_backward == (spec.task == "fit"), spec.cell_id
 
 
 def test_count_is_linear_in_the_batch():
     """Every step is per example, except SAM predict's dense positional encoding (computed once per step)."""
     for spec in every_cell_spec():
-        double = {**spec, "batch_size": 2 * spec["batch_size"]}
-        if (spec["model"], spec["task"]) == ("sam", "predict"):
-            grid = spec["arch"]["image_size"] // spec["arch"]["patch_size"]
-            once = flops.linear(grid * grid, 2, spec["arch"]["embedding_dim"] // 2)   # get_dense_pe
+        double = spec.replace(batch_size=2 * spec.batch_size)
+        if (spec.model, spec.task) == ("sam", "predict"):
+            grid = spec.arch["image_size"] // spec.arch["patch_size"]
+            once = flops.linear(grid * grid, 2, spec.arch["embedding_dim"] // 2)   # get_dense_pe
             assert flops.per_step(double) == 2 * flops.per_step(spec) - once
         else:
-            assert flops.per_step(double) == 2 * flops.per_step(spec), spec["cell_id"]
+            assert flops.per_step(double) == 2 * flops.per_step(spec), spec.cell_id
 
 
 def test_unknown_model_or_task_is_refused():
     with pytest.raises(ValueError, match="no FLOP formula for resnet50 predict"):
-        flops.per_step({**spec_of("resnet50", "fit"), "task": "predict"})
+        flops.per_step(spec_of("resnet50", "fit").replace(task="predict"))
 
 
 # ---------------------------------------------------------------- hand-checkable cases
@@ -74,7 +74,7 @@ def test_attention_of_a_one_layer_bert_is_2x2_b_s2_d():
     b, s, d = 3, 16, 8
     spec = spec_of("bert", "predict", batch=b, arch={"num_layers": 1, "num_heads": 2, "hidden_dim": d,
                                                      "intermediate_dim": 32, "num_classes": 2})
-    spec["inputs"]["sequence_length"] = s
+    spec.inputs["sequence_length"] = s
     parts = flops.breakdown(spec)
     attention = parts["encoder self-attention scores QK^T"] + parts["encoder self-attention values AV"]
     assert attention == 2 * 2 * b * s * s * d
@@ -112,7 +112,7 @@ def test_lora_fit_breakdown_term_by_term(model):
     0.3% of the total) can hide under a tolerance: forward once; backward input gradients of the frozen products
     above layer 0, both attention operands' gradients, and the LoRA factors' weight and input gradients."""
     spec = spec_of(model, "fit", size="tiny")
-    a, b, s, r = spec["arch"], spec["batch_size"], spec["inputs"]["sequence_length"], spec["task_options"]["lora_rank"]
+    a, b, s, r = spec.arch, spec.batch_size, spec.inputs["sequence_length"], spec.task_options["lora_rank"]
     d, hq, hkv, layers = a["hidden_dim"], a["num_query_heads"], a["num_key_value_heads"], a["num_layers"]
     hd = a.get("head_dim") or d // hq
     inter, vocab, n = a["intermediate_dim"], a["vocabulary_size"], b * s
@@ -143,10 +143,10 @@ def test_generate_grows_by_one_decode_forward_per_new_token():
     spec = spec_of("gemma", "generate", size="tiny", batch=2)
     counts = [flops.per_step(spec_of("gemma", "generate", size="tiny", batch=2, new_tokens=n)) for n in (1, 2, 3, 45)]
     assert counts == sorted(counts) and len(set(counts)) == 4
-    a, b = spec["arch"], 2
+    a, b = spec.arch, 2
     d, hd, heads, inter, vocab, layers = (a["hidden_dim"], a["head_dim"], a["num_query_heads"], a["intermediate_dim"],
                                           a["vocabulary_size"], a["num_layers"])
-    prompt = spec["task_options"]["prompt_length"]
+    prompt = spec.task_options["prompt_length"]
     # new_tokens=1 is the prefill alone; new_tokens=2 adds one decode forward of b tokens attending over prompt+1
     projections = 2 * b * (d * heads * hd * 4 + 3 * d * inter)
     attention = 2 * 2 * b * heads * (prompt + 1) * hd
@@ -159,7 +159,7 @@ def test_mistral_decode_attention_stops_growing_at_the_sliding_window():
     small = {"sliding_window": 8}
     at = [flops.breakdown(spec_of("mistral", "generate", size="tiny", batch=1, arch=small, new_tokens=n))
           ["decode: self-attention scores QK^T"] for n in (4, 5, 10, 11)]
-    a = spec_of("mistral", "generate", size="tiny")["arch"]
+    a = spec_of("mistral", "generate", size="tiny").arch
     per_key = 2 * a["num_query_heads"] * (a["hidden_dim"] // a["num_query_heads"]) * a["num_layers"]
     assert at[1] - at[0] == per_key * 8                 # decode 4: prompt 5 + 4 = 9 keys, capped at the window 8
     assert at[3] - at[2] == per_key * 8
@@ -168,7 +168,7 @@ def test_mistral_decode_attention_stops_growing_at_the_sliding_window():
 def test_sam_windows_pad_the_grid_to_a_multiple_of_the_window():
     """ViT-H: a 64 x 64 grid in 14 x 14 windows is padded to 70 x 70: 25 windows of 196 tokens (4900 > 4096)."""
     spec = spec_of("sam", "fit")
-    a = spec["arch"]
+    a = spec.arch
     dim, heads = a["encoder_hidden_dim"], a["encoder_num_heads"]
     windowed = a["encoder_num_layers"] - len(a["global_attention_layer_indices"])
     parts = flops.breakdown(spec)
@@ -192,7 +192,7 @@ def test_resnet50_forward_at_224_is_4_09_gmacs():
 def test_bert_base_forward():
     """MobileBERT (Sun et al. 2020, arXiv:2004.02984, table of GLUE results): BERT_BASE 22.5 B FLOPs at sequence
     length 128. At 512 (the anchor's shape) the projections grow 4x and attention 16x."""
-    at = {s: flops.per_step({**spec_of("bert", "predict", batch=1), "inputs": {"sequence_length": s}})
+    at = {s: flops.per_step(spec_of("bert", "predict", batch=1).replace(inputs={"sequence_length": s}))
           for s in (128, 512)}
     assert at[128] == pytest.approx(22.5e9, rel=0.02)
     layers, d = 12, 768

@@ -1,4 +1,5 @@
 """The launcher always leaves one result JSON: ok, or failed with the reason, whatever the cell process does."""
+import dataclasses
 import json
 import os
 import socket
@@ -9,18 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from kbench.spec import CellSpec
 from kbench import cell
 from kbench.run import launch
 
 
 def synthetic_spec(fault=None, task="fit", timed=5, **task_options):
-    return {"cell_id": f"test/synthetic/{task}/bs4/synthetic", "suite": "test", "size": "tiny", "model": "synthetic",
+    return CellSpec.from_dict({
+            "cell_id": f"test/synthetic/{task}/bs4/synthetic", "suite": "test", "profile": "strict", "size": "tiny",
+            "model": "synthetic",
             "task": task, "batch_size": 4, "framework": "synthetic", "precision": "float32",
             "framework_def": {"stack": "driver", "adapter": "synthetic", "env": {}, "jit_compile": False}, "env": {},
             "dtypes": {"weights": "float64", "compute": "float64", "loss_scaling": False},
             "accelerator": "cpu", "settings": {"tf32": "off", "warmup": 1, "jit_compile": False},
             "arch": {"matrix_size": 64}, "inputs": {}, "task_options": {"fault": fault, **task_options},
-            "steps": {"warmup": 1, "timed": timed, "blocks": min(timed, 5)}, "seed": 0}
+            "steps": {"warmup": 1, "timed": timed, "blocks": min(timed, 5)}, "seed": 0})
 
 
 @pytest.fixture
@@ -48,7 +52,7 @@ def run(tmp_path, environment, spec, timeout_s=60):
 def test_fit_that_trains_the_wrong_parameters_fails_before_timing(tmp_path, driver_environment, task_options,
                                                                   error_type):
     spec = synthetic_spec("step")        # any step that ran would fail the cell with "injected failure in a step"
-    spec["task_options"].update(task_options)
+    spec.task_options.update(task_options)
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "failed" and result.error["type"] == error_type, result.error
     assert result.timing is None
@@ -57,7 +61,7 @@ def test_fit_that_trains_the_wrong_parameters_fails_before_timing(tmp_path, driv
 
 def test_lora_fit_with_only_adapter_parameters_trainable_runs(tmp_path, driver_environment):
     spec = synthetic_spec()
-    spec["task_options"].update(lora_rank=4, trainable=512)
+    spec.task_options.update(lora_rank=4, trainable=512)
     assert run(tmp_path, driver_environment, spec).status == "ok"
 
 
@@ -129,7 +133,7 @@ def test_a_cells_log_says_what_it_is_doing_and_nothing_inside_the_timed_window(t
     """A slow cell is seen to move: its log names each phase (lock, device, build, each warm-up step, the window
     with the time it should take, the result), and no line falls between the window's opening and closing ones."""
     spec = synthetic_spec(timed=10)
-    spec["steps"]["warmup"] = 2
+    spec = spec.replace(steps=dataclasses.replace(spec.steps, warmup=2))
     assert run(tmp_path, driver_environment, spec).status == "ok"
     lines = [line.split("] ", 1)[1] for line in (tmp_path / "cell.log").read_text().splitlines()
              if line.startswith("[kbench ")]
@@ -151,7 +155,7 @@ def test_a_cell_that_asks_for_a_gpu_and_gets_a_cpu_fails_before_building(tmp_pat
     from kbench.run import runner
     monkeypatch.setenv("KBENCH_LOCK", json.loads(driver_environment.read_text())["lock"])
     spec = synthetic_spec("step")
-    spec["accelerator"] = "gpu"
+    spec = spec.replace(accelerator="gpu")
     result = runner.run(spec, {"runtime": "test"})
     assert result.status == "failed" and result.error["type"] == "NoAccelerator"
     assert result.error["message"].startswith("the cell asks for a GPU (gpu), but numpy runs on cpu")
@@ -165,10 +169,10 @@ def test_a_gpu_cell_of_either_cuda_that_runs_on_the_cpu_is_refused(accelerator, 
     from kbench.run import runner
     from kbench.adapters import NoAccelerator, synthetic
     monkeypatch.delenv("KBENCH_SYNTHETIC_GPU", raising=False)
-    spec = {**synthetic_spec(), "accelerator": accelerator}
+    spec = synthetic_spec().replace(accelerator=accelerator)
     with pytest.raises(NoAccelerator, match=rf"asks for a GPU \({accelerator}\), but numpy runs on cpu"):
         runner.check_device(spec, synthetic.backend())
-    runner.check_device({**spec, "accelerator": "cpu"}, synthetic.backend())
+    runner.check_device(spec.replace(accelerator="cpu"), synthetic.backend())
     monkeypatch.setenv("KBENCH_SYNTHETIC_GPU", "1")
     runner.check_device(spec, synthetic.backend())
 
@@ -218,7 +222,7 @@ def test_compiles_in_the_window_are_counted_from_the_windows_start_not_the_proce
 
 def test_a_gpu_cell_on_a_host_without_a_driver_fails_at_launch(tmp_path, driver_environment):
     spec = synthetic_spec()
-    spec["accelerator"] = "gpu"
+    spec = spec.replace(accelerator="gpu")
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "failed" and result.error["type"] == "PreflightFailed"
     assert "no NVIDIA driver here" in result.error["message"]
@@ -230,7 +234,7 @@ def test_a_gpu_cell_in_a_slurm_job_without_a_gpu_fails_instead_of_taking_every_g
     for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     spec = synthetic_spec()
-    spec["accelerator"] = "gpu"
+    spec = spec.replace(accelerator="gpu")
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "failed" and result.error["type"] == "LaunchError"
     assert "SLURM job 7 has no GPU allocated; a GPU cell needs one (profiles/slurm: set-resources cell: gpu: 1)" in \
@@ -239,11 +243,11 @@ def test_a_gpu_cell_in_a_slurm_job_without_a_gpu_fails_instead_of_taking_every_g
 
 def test_a_float32_cell_whose_matmul_is_tf32_is_failed(tmp_path, driver_environment):
     spec = synthetic_spec()
-    spec["env"] = {"KBENCH_SYNTHETIC_MATMUL": "tf32"}      # a framework that left TF32 on despite the switches
+    spec = spec.replace(env={"KBENCH_SYNTHETIC_MATMUL": "tf32"})      # a framework that left TF32 on despite the switches
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "failed" and result.error["type"] == "ReducedPrecision", result.error
     assert result.numerics["probe"]["observed_class"] == "tf32" and result.timing is None
-    spec["settings"]["tf32"] = "library-default"            # the anchor's setting: recorded, the cell runs
+    spec.settings["tf32"] = "library-default"            # the anchor's setting: recorded, the cell runs
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "ok" and result.numerics["probe"]["observed_class"] == "tf32"
 
@@ -407,7 +411,7 @@ def kill_driver_mid_cell(tmp_path, driver_environment, slow_removal_s=0.0):
         f"launch.run_cell(json.loads(sys.argv[1]), 'host', {str(driver_environment)!r}, {str(tmp_path / 'cell.json')!r},"
         f" {str(tmp_path / 'cell.log')!r}, 600)\n")
     driver = tmp_path / "snakemake"
-    driver.write_text(f"#!/bin/bash\n{sys.executable} {launcher} '{json.dumps(synthetic_spec('hang-child'))}' &\nwait\n")
+    driver.write_text(f"#!/bin/bash\n{sys.executable} {launcher} '{json.dumps(synthetic_spec('hang-child').to_dict())}' &\nwait\n")
     driver.chmod(0o755)
     proc = subprocess.Popen([str(driver)], env={**os.environ, "PYTHONPATH": str(launch.REPO / "scripts")},
                             start_new_session=True)
@@ -514,7 +518,7 @@ def test_a_host_cell_gets_an_allow_listed_environment_and_records_what_can_chang
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     spec = synthetic_spec()
-    spec["env"] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    spec = spec.replace(env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "ok", result.error
     assert result.provenance["environment_variables"] == {"TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -610,7 +614,7 @@ def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake
     monkeypatch.setenv("SLURM_STEP_GPUS", "2")
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {3})
     spec = synthetic_spec()
-    spec["accelerator"] = "gpu"
+    spec = spec.replace(accelerator="gpu")
     result = launch.run_cell(spec, "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", 60,
                              memory_mb=6000)
     argv = (tmp_path / "cell.log").read_text().splitlines()[0].split()
@@ -671,7 +675,7 @@ def test_gpu_cells_side_by_side_each_lease_a_gpu_of_their_own_and_a_third_waits(
     import fcntl
     import queue
     import threading
-    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    spec = synthetic_spec().replace(accelerator="gpu")
     with launch.gpu_lease(synthetic_spec(), "host", gpu_host) as none:
         assert none is None                                     # a CPU cell takes no GPU
     def lease():
@@ -711,7 +715,7 @@ def test_a_host_gpu_cell_sees_only_the_gpu_it_leased(gpu_host, tmp_path, monkeyp
     record.write_text(json.dumps({"stack": "synthetic", "kind": "venv", "prefix": str(tmp_path / "env")}))
     monkeypatch.setattr(launch, "_preflight", lambda spec, runtime: None)         # no driver on this host
     monkeypatch.setattr(launch.preflight, "Host", lambda: gpu_host)
-    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    spec = synthetic_spec().replace(accelerator="gpu")
     with launch.gpu_lease(spec, "host", gpu_host):             # another cell holds GPU-fake-0
         result = launch.run_cell(spec, "host", record, tmp_path / "cell.json", tmp_path / "cell.log", 30)
     assert (tmp_path / "seen").read_text() == "GPU-fake-1"
@@ -835,7 +839,7 @@ def test_an_exported_cuda_visible_devices_narrows_the_lease_and_is_no_allocation
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert launch.allocated_gpus() is None
     assert [d["uuid"] for d in preflight.visible(preflight.gpus(gpu_host))] == ["GPU-fake-1"]
-    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    spec = synthetic_spec().replace(accelerator="gpu")
     with launch.gpu_lease(spec, "host", gpu_host, poll_s=0.01) as first:
         assert first == ["GPU-fake-1"]
         got = []
@@ -854,7 +858,7 @@ def test_cells_side_by_side_outside_a_scheduler_each_get_their_gpus_share_of_the
     """Two GPUs, four CPUs: the cell on the first GPU gets CPUs 0-1, the other 2-3 (a container as --cpuset-cpus, a
     host process as its affinity), so cells side by side never share a core."""
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    spec = synthetic_spec().replace(accelerator="gpu")
     with launch.gpu_lease(spec, "podman", gpu_host) as first, launch.gpu_lease(spec, "podman", gpu_host) as second:
         assert (first, first.cpus, second, second.cpus) == (["0"], [0, 1], ["1"], [2, 3])
     argv = launch.command("podman", IMAGE, OUT, gpu=True, gpus=second, cpuset=second.cpus)
@@ -883,7 +887,7 @@ def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatc
     (tmp_path / "environment.json").write_text(json.dumps(record))
     monkeypatch.setattr(launch, "_preflight", lambda spec, runtime: None)         # no driver on this host
     monkeypatch.setattr(launch.preflight, "Host", lambda: gpu_host)
-    spec = {**synthetic_spec(), "accelerator": "gpu"}
+    spec = synthetic_spec().replace(accelerator="gpu")
     with launch.gpu_lease(spec, runtime, gpu_host):             # another cell holds GPU-fake-0
         result = launch.run_cell(spec, runtime, tmp_path / "environment.json", tmp_path / "cell.json",
                                  tmp_path / "cell.log", 30)
@@ -933,7 +937,7 @@ def test_a_slurm_job_hands_each_runtime_the_gpu_as_it_sees_it(tmp_path, monkeypa
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
     host = preflight.Host(run=lambda argv: rows)
-    with launch.gpu_lease({**synthetic_spec(), "accelerator": "gpu"}, runtime, host) as lease:
+    with launch.gpu_lease(synthetic_spec().replace(accelerator="gpu"), runtime, host) as lease:
         assert lease == handed and lease.cpus is None
 
 

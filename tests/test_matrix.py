@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 
 import pytest
 
@@ -62,9 +63,9 @@ def test_paddle_na_reasons_name_the_missing_class_in_the_locked_packages(config)
 def test_paddle_columns_share_a_stack_and_only_the_static_one_compiles(config):
     spec = lambda framework: matrix.spec(config, "tiny", "bert", "fit", 32, "float32", framework)   # noqa: E731
     assert matrix.stack_of(config, "paddle-dygraph") == matrix.stack_of(config, "paddle-static") == "paddle"
-    assert spec("paddle-dygraph")["settings"]["jit_compile"] is False
-    assert spec("paddle-static")["settings"]["jit_compile"] is True
-    assert "compile_site" not in spec("paddle-static")["settings"]       # torch.compile's alone
+    assert spec("paddle-dygraph").settings["jit_compile"] is False
+    assert spec("paddle-static").settings["jit_compile"] is True
+    assert "compile_site" not in spec("paddle-static").settings       # torch.compile's alone
 
 
 def test_selection_narrows_rows_and_columns(config):
@@ -97,21 +98,21 @@ def test_a_not_applicable_rule_with_a_precision_takes_that_precision_only(config
 
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
-    assert spec["size"] == "tiny" and spec["steps"] == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],
+    assert spec.size == "tiny" and dataclasses.asdict(spec.steps) == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],
                                                         "blocks": 10}
-    assert spec["arch"] == config["model_defs"]["gemma"]["sizes"]["tiny"]["arch"]
-    assert spec["task_options"] == {"prompt_length": 5, "new_tokens": 45}
-    assert spec["precision"] == "bfloat16"
-    assert spec["framework_def"]["env"] == {"KERAS_BACKEND": "torch"}
-    assert spec["env"] == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch"}
-    assert spec["cell_id"] == "tiny/strict/gemma/generate/bs1/bfloat16/keras3-torch" and spec["profile"] == "strict"
+    assert spec.arch == config["model_defs"]["gemma"]["sizes"]["tiny"]["arch"]
+    assert spec.task_options == {"prompt_length": 5, "new_tokens": 45}
+    assert spec.precision == "bfloat16"
+    assert spec.framework_def["env"] == {"KERAS_BACKEND": "torch"}
+    assert spec.env == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch"}
+    assert spec.cell_id == "tiny/strict/gemma/generate/bs1/bfloat16/keras3-torch" and spec.profile == "strict"
 
 
 def test_paper_llm_fit_uses_lora_rank_4_and_bf16(config):
     for model in ("gemma", "mistral"):
         spec = matrix.spec(config, "paper", model, "fit", 8, "bfloat16", "keras3-jax")
-        assert spec["task_options"] == {"lora_rank": 4, "learning_rate": 1e-3, "optimizers": config["optimizers"]}
-        assert spec["precision"] == "bfloat16"
+        assert spec.task_options == {"lora_rank": 4, "learning_rate": 1e-3, "optimizers": config["optimizers"]}
+        assert spec.precision == "bfloat16"
 
 
 def test_a_size_may_give_its_own_batch_sizes(config):
@@ -122,9 +123,9 @@ def test_a_size_may_give_its_own_batch_sizes(config):
 
 def test_spec_carries_the_resolved_dtypes_every_adapter_reads(config):
     spec = matrix.spec(config, "tiny", "resnet50", "fit", 16, "mixed_float16", "native-torch-eager")
-    assert spec["dtypes"] == {"weights": "float32", "compute": "float16", "loss_scaling": True}
+    assert dataclasses.asdict(spec.dtypes) == {"weights": "float32", "compute": "float16", "loss_scaling": True}
     spec = matrix.spec(config, "tiny", "gemma", "fit", 8, "bfloat16", "keras3-jax")
-    assert spec["dtypes"] == {"weights": "bfloat16", "compute": "bfloat16", "loss_scaling": False}
+    assert dataclasses.asdict(spec.dtypes) == {"weights": "bfloat16", "compute": "bfloat16", "loss_scaling": False}
 
 
 def test_every_precision_is_its_own_keras_policy():
@@ -137,8 +138,8 @@ def test_every_precision_is_its_own_keras_policy():
 def test_tf32_cells_switch_tf32_on_in_every_profile_and_are_na_on_a_cpu(config):
     for profile in ("strict", "anchor"):
         spec = matrix.spec(config, "paper", "resnet50", "fit", 128, "tf32", "keras3-jax", profile)
-        assert spec["settings"]["tf32"] == "on" and "NVIDIA_TF32_OVERRIDE" not in spec["env"]
-        assert spec["dtypes"] == {"weights": "float32", "compute": "float32", "loss_scaling": False}
+        assert spec.settings["tf32"] == "on" and "NVIDIA_TF32_OVERRIDE" not in spec.env
+        assert dataclasses.asdict(spec.dtypes) == {"weights": "float32", "compute": "float32", "loss_scaling": False}
     cpu = {**config, "accelerator": "cpu", "suite": "tiny"}
     reasons = {c.not_applicable for c in matrix.cells(cpu) if c.precision == "tf32"}
     assert reasons == {"TF32 is a tensor-core arithmetic of NVIDIA GPUs (Ampere and later): a CPU has none"}
@@ -172,14 +173,14 @@ def test_the_profiles_gelu_reaches_hf_berts_config(config, profile, hidden_act):
     setting must reach BertConfig's hidden_act, or the anchor profile times another function unsaid."""
     from kbench.models import bert
     spec = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "native-torch-compiled", profile)
-    assert bert.hf_config(spec["arch"], spec["settings"]["gelu"])["hidden_act"] == hidden_act
-    assert bert.paddlenlp_config(spec["arch"])["hidden_act"] == "gelu"      # paddle sets tanh on its layers
+    assert bert.hf_config(spec.arch, spec.settings["gelu"])["hidden_act"] == hidden_act
+    assert bert.paddlenlp_config(spec.arch)["hidden_act"] == "gelu"      # paddle sets tanh on its layers
 
 
 def test_tf32_off_puts_the_override_in_the_cell_environment(config):
     strict = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax", "strict")
     anchor = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax", "anchor")
-    assert strict["env"]["NVIDIA_TF32_OVERRIDE"] == "0" and "NVIDIA_TF32_OVERRIDE" not in anchor["env"]
+    assert strict.env["NVIDIA_TF32_OVERRIDE"] == "0" and "NVIDIA_TF32_OVERRIDE" not in anchor.env
 
 
 def test_equivalence_jobs_compare_in_float32_where_the_model_runs_bfloat16_only(config):
@@ -189,7 +190,7 @@ def test_equivalence_jobs_compare_in_float32_where_the_model_runs_bfloat16_only(
     job = matrix.equivalence_job(config, "tiny", "strict", "gemma", "native-torch-eager")
     assert [(c["task"], c["batch_size"], c["precision"]) for c in job["cells"]] == [
         ("fit", 8, "float32"), ("generate", 32, "float32"), ("fit", 8, "bfloat16"), ("generate", 32, "bfloat16")]
-    assert job["cells"][0]["dtypes"] == precision.dtypes("float32")
+    assert job["cells"][0]["dtypes"] == dataclasses.asdict(precision.dtypes("float32"))
     assert job["cells"][0]["cell_id"] == "tiny/strict/gemma/fit/bs8/float32/native-torch-eager"
     bert = matrix.equivalence_job(config, "tiny", "strict", "bert", "keras3-jax", reference=True)
     found = [(c["task"], c["precision"]) for c in bert["cells"]]     # float32 configured: nothing added

@@ -71,7 +71,7 @@ def test_the_framework_switches_are_set_for_the_cells_compute_dtype(compute):
     seen = []
     backend = types.SimpleNamespace(set_tf32=lambda mode, compute_dtype: seen.append((mode, compute_dtype)) or {},
                                     matmul=lambda a, b: a @ b)
-    spec = {"settings": {"tf32": "off"}, "dtypes": {"weights": "float32", "compute": compute}}
+    spec = types.SimpleNamespace(settings={"tf32": "off"}, dtypes=types.SimpleNamespace(weights="float32", compute=compute))
     found = runner.set_and_probe_numerics(spec, backend)
     assert seen == [("off", compute)] and found["tf32"] == "off"
 

@@ -150,8 +150,7 @@ def test_a_precision_whose_steps_ran_in_float32_has_no_accuracy_cost_to_show():
     """Paddle's auto_cast on a CPU computes float32: its mixed_float16 outputs equal its float32 ones (rel 0), which
     must read as a failed precision, not as a free one; a predict task runs one step so the dtypes are observed."""
     from kbench.run import runner
-    spec = {"task": "predict", "precision": "mixed_float16",
-            "dtypes": {"weights": "float32", "compute": "float16", "loss_scaling": True}}
+    spec = mlp_spec("mixed_float16")
     with pytest.raises(runner.PrecisionMismatch, match="compute float32"):
         check._check_ran_in(Ran("float32"), spec)
     ran = Ran("float16")
@@ -239,7 +238,7 @@ class MLP:
 
 
 def mlp_inputs(spec, rng):
-    return {"x": rng.standard_normal((spec["batch_size"], spec["arch"]["widths"][0])).astype(np.float32)}
+    return {"x": rng.standard_normal((spec.batch_size, spec.arch["widths"][0])).astype(np.float32)}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -248,7 +247,7 @@ def mlp_family():
     from kbench.models import family
     mlp = family.register(name="mlp", about="a NumPy MLP", tasks=("predict",), libraries={"numpy": dict},
                           inputs={"predict": mlp_inputs}, flops={"predict": lambda spec, t: None},
-                          contraction_and_depth=lambda spec: (max(spec["arch"]["widths"]), len(spec["arch"]["widths"])),
+                          contraction_and_depth=lambda spec: (max(spec.arch["widths"]), len(spec.arch["widths"])),
                           example={"predict": "row"})
     family.families()["mlp"] = mlp
     yield
@@ -259,9 +258,9 @@ def mlp_workload(spec, inputs):
     """settings.gelu: the column's GELU; settings.ran_in: the dtype its steps really ran in (an autocast that did
     nothing computes float32 under a float16 label)."""
     from kbench.adapters import Workload
-    model = MLP(spec["arch"]["widths"], spec["settings"]["gelu"])
+    model = MLP(spec.arch["widths"], spec.settings["gelu"])
     x = inputs["x"]
-    ran_in = spec["settings"].get("ran_in") or spec["dtypes"]["compute"]
+    ran_in = spec.settings.get("ran_in") or spec.dtypes.compute
     return Workload(step=lambda: model(x, ran_in), params_total=1, params_trainable=1, examples_per_step=1,
                     dtypes=lambda: {"weights": "float32", "compute": ran_in}, model=model,
                     outputs=lambda: {"logits": model(x, ran_in)})
@@ -280,11 +279,15 @@ def numpy_adapter(load=lambda arrays: arrays):
 
 
 def mlp_spec(precision="float32", **settings):
+    from kbench.spec import CellSpec
     compute = {"float32": "float32", "mixed_float16": "float16"}[precision]
-    return {"cell_id": f"t/strict/mlp/predict/bs8/{precision}/numpy", "model": "mlp", "task": "predict",
-            "precision": precision, "batch_size": 8, "seed": 0, "arch": {"widths": [16, 32, 32, 4]}, "inputs": {},
-            "settings": {"tf32": "off", "gelu": "tanh", **settings},
-            "dtypes": {"weights": "float32", "compute": compute, "loss_scaling": False}}
+    return CellSpec.from_dict({
+        "cell_id": f"t/strict/mlp/predict/bs8/{precision}/numpy", "suite": "t", "profile": "strict", "size": "tiny",
+        "accelerator": "cpu", "model": "mlp", "task": "predict", "precision": precision, "batch_size": 8, "seed": 0,
+        "framework": "numpy", "framework_def": {"adapter": "numpy_mlp", "stack": "driver"}, "env": {},
+        "arch": {"widths": [16, 32, 32, 4]}, "inputs": {}, "task_options": {},
+        "settings": {"tf32": "off", "gelu": "tanh", **settings}, "steps": {"warmup": 1, "timed": 1, "blocks": 1},
+        "dtypes": {"weights": "float32", "compute": compute, "loss_scaling": False}})
 
 
 def run_column(specs, reference=None, adapter=None):

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from kbench.spec import CellSpec
 from kbench import files
 
 SCHEMA_VERSION = 6
@@ -34,8 +35,9 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def spec_digest(spec: dict) -> str:
+def spec_digest(spec) -> str:
     """Digest of the resolved cell config: two cells with the same digest ran the same workload definition."""
+    spec = spec.to_dict() if hasattr(spec, "to_dict") else spec        # a CellSpec, or a job's dict
     return "sha256:" + hashlib.sha256(canonical_json(spec).encode()).hexdigest()
 
 
@@ -96,6 +98,11 @@ class CellResult:
         files.write_json(path, self.to_json())
 
     # ------------------------------------------------------------ views
+
+    @property
+    def cell_spec(self) -> CellSpec:
+        """The record's spec, typed (a cell's; a job's dict is not a cell spec: ValueError naming its keys)."""
+        return CellSpec.from_dict(self.spec)
 
     @property
     def mean_ms(self) -> float | None:
@@ -184,7 +191,9 @@ def _mib(n: int | None) -> float | None:
     return None if n is None else round(n / 2**20, 1)
 
 
-def new_result(spec: dict, context: dict, status: str, error: dict | None = None, repeat: int = 1) -> CellResult:
+def new_result(spec, context: dict, status: str, error: dict | None = None, repeat: int = 1) -> CellResult:
+    """spec: a CellSpec, or a job's dict (the equivalence check's, JAX against NumPy's); the record keeps its JSON."""
+    spec = spec.to_dict() if hasattr(spec, "to_dict") else spec
     return CellResult(cell_id=spec["cell_id"], status=status, spec=spec, provenance=dict(context), error=error,
                       repeat=repeat)
 

@@ -1,12 +1,14 @@
 """The one table of precisions: what each name means for weights, compute and loss scaling.
 
-Names are Keras dtype-policy names. matrix.spec resolves a cell's precision into `spec["dtypes"]` from here, and
+Names are Keras dtype-policy names. matrix.spec resolves a cell's precision into `spec.dtypes` from here, and
 every adapter reads those fields, never the name; the config checks, the cell-path pattern and the table labels
 come from here too.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from kbench.spec import Dtypes
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,10 @@ PRECISIONS = {
 }
 
 
-def dtypes(name: str) -> dict:
-    """The fields a cell's spec carries: {"weights", "compute", "loss_scaling"}."""
+def dtypes(name: str) -> Dtypes:
+    """What a cell's spec carries of its precision: weights, compute, loss_scaling."""
     entry = PRECISIONS[name]
-    return {"weights": entry.weights, "compute": entry.compute, "loss_scaling": entry.loss_scaling}
+    return Dtypes(weights=entry.weights, compute=entry.compute, loss_scaling=entry.loss_scaling)
 
 
 def baselines(first: str) -> list[str]:
@@ -43,9 +45,9 @@ def baselines(first: str) -> list[str]:
     return [first] + [name for name, entry in PRECISIONS.items() if entry.baseline and name != first]
 
 
-def keras_policy(dtypes: dict) -> str:
+def keras_policy(dtypes) -> str:
     """The Keras dtype-policy name of resolved dtypes: "float32", "bfloat16", "mixed_float16", ..."""
-    return dtypes["compute"] if dtypes["weights"] == dtypes["compute"] else f"mixed_{dtypes['compute']}"
+    return dtypes.compute if dtypes.weights == dtypes.compute else f"mixed_{dtypes.compute}"
 
 
 def label(name: str) -> str:

@@ -117,13 +117,13 @@ def refuse(adapter, spec: dict) -> None:
 
 def build(adapter, spec: dict) -> Workload:
     """The adapter's workload for the cell, or NotSupported naming what the adapter does run."""
-    if not supports(adapter, spec["model"], spec["task"]):
+    if not supports(adapter, spec.model, spec.task):
         runs = "; ".join(f"{model} {'/'.join(tasks)}" for model, tasks in adapter.MODELS.items())
-        raise NotSupported(f"{adapter.__name__.rsplit('.', 1)[-1]} adapter has no {spec['model']} {spec['task']} "
+        raise NotSupported(f"{adapter.__name__.rsplit('.', 1)[-1]} adapter has no {spec.model} {spec.task} "
                            f"(it runs: {runs})")
     prepared = adapter.prepare(spec)
-    inputs = family.of(spec["model"]).draw(spec, np.random.default_rng(spec["seed"]))   # the same in every column
-    return adapter.MODELS[spec["model"]][spec["task"]](spec, inputs, **prepared)
+    inputs = family.of(spec.model).draw(spec, np.random.default_rng(spec.seed))   # the same in every column
+    return adapter.MODELS[spec.model][spec.task](spec, inputs, **prepared)
 
 
 def channels_first(images: np.ndarray) -> np.ndarray:
@@ -132,5 +132,5 @@ def channels_first(images: np.ndarray) -> np.ndarray:
 
 
 def for_tasks(builder, *tasks: str) -> dict:
-    """MODELS entry of a builder that serves several tasks (it reads spec["task"])."""
+    """MODELS entry of a builder that serves several tasks (it reads spec.task)."""
     return dict.fromkeys(tasks, builder)

@@ -14,18 +14,18 @@ def prepare(keras, spec: dict) -> dict:
     # a fresh session: auto-numbered layer and weight names start again, so a model's weight paths are the same in
     # every process that builds it (the equivalence check's reference names its weights by them)
     keras.backend.clear_session()
-    keras.mixed_precision.set_global_policy(precision.keras_policy(spec["dtypes"]))
-    keras.utils.set_random_seed(spec["seed"])
+    keras.mixed_precision.set_global_policy(precision.keras_policy(spec.dtypes))
+    keras.utils.set_random_seed(spec.seed)
     return {}
 
 
 def optimizer(keras, spec: dict, kind: str):
     """kind: adamw | adam | sgd (momentum 0.9); the configured learning rate, the native cells' kinds."""
-    learning_rate, o = spec["task_options"]["learning_rate"], spec["task_options"]["optimizers"][kind]
+    learning_rate, o = spec.task_options["learning_rate"], spec.task_options["optimizers"][kind]
     built = {"adamw": lambda: keras.optimizers.AdamW(learning_rate=learning_rate, **o),
              "adam": lambda: keras.optimizers.Adam(learning_rate=learning_rate, **o),
              "sgd": lambda: keras.optimizers.SGD(learning_rate=learning_rate, **o)}[kind]()
-    if spec["dtypes"]["loss_scaling"]:
+    if spec.dtypes.loss_scaling:
         # Dynamic loss scaling: gradients of a float16 forward pass underflow without it. Keras 3's compile() would
         # wrap it too; doing it here makes both Keras versions do the same, visibly.
         built = keras.mixed_precision.LossScaleOptimizer(built)
@@ -89,11 +89,11 @@ def workload(model, step, spec: dict, evidence=dict, **extra) -> Workload:
 
     def observed() -> dict:
         found = evidence()
-        lora = [w for w in model.trainable_weights if "lora" in getattr(w, "path", w.name)] if spec["task"] == "fit" else []
+        lora = [w for w in model.trainable_weights if "lora" in getattr(w, "path", w.name)] if spec.task == "fit" else []
         if lora:
             found["lora_dtype"] = dtype_name(lora[0].dtype)
         return found
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec.batch_size,
                     dtypes=lambda: dtypes(model), evidence=observed, model=model, **extra)
 
 
@@ -104,7 +104,7 @@ def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weigh
     preprocessor=None it only adds the identity preprocessing). The step returns the loss."""
     # No metrics (keras-hub compiles accuracy by default): the native loop computes none, nor did the anchor.
     model.compile(optimizer=optimizer, loss=loss, metrics=None, weighted_metrics=None,
-                  jit_compile=spec["settings"]["jit_compile"])
+                  jit_compile=spec.settings["jit_compile"])
     x, y, sample_weight = to_device((x, y, sample_weight))
     logged = set()
 
@@ -126,8 +126,8 @@ def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weigh
 def generate(model, prompt, spec: dict, to_device) -> Workload:
     """One greedy generate() call on the padded prompt (kbench.models.decoder.keras_prompt)."""
     x = to_device(prompt)
-    model.compile(sampler="greedy", jit_compile=spec["settings"]["jit_compile"])
-    p = spec["task_options"]["prompt_length"]
+    model.compile(sampler="greedy", jit_compile=spec.settings["jit_compile"])
+    p = spec.task_options["prompt_length"]
 
     def outputs() -> dict:      # the prompt's logits (a prefill) and the greedy tokens of one whole call
         prefill = {"token_ids": prompt["token_ids"][:, :p], "padding_mask": prompt["padding_mask"][:, :p]}
@@ -162,7 +162,7 @@ def bert_gelu(backbone) -> dict:
 def check_dropout(spec: dict) -> dict:
     """The equivalence check runs without dropout (each framework draws its own masks); the cells with the
     libraries' defaults."""
-    return {"dropout": 0.0} if spec.get("equivalence") else {}
+    return {"dropout": 0.0} if spec.equivalence else {}
 
 
 def generated_tokens(prompt_length: int):

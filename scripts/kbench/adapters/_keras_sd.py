@@ -26,8 +26,8 @@ def build(spec, inputs, predict, to_device):
     anchor, the VAE image encoder up to layers[-3] (the 3x3 conv giving 2*latent_channels moments) against random
     moments; predict, one guided denoising step (the text encoder is not part of the step: random contexts).
     predict(model, inputs, spec) and to_device(tree) are the adapter's own."""
-    kw = stable_diffusion.keras_cv_kwargs(spec["arch"])
-    if spec["task"] == "fit":
+    kw = stable_diffusion.keras_cv_kwargs(spec.arch)
+    if spec.task == "fit":
         encoder = vae_encoder(**kw["vae_encoder"])
         model = keras.Model(encoder.inputs, encoder.layers[-3].output)
         images, y = inputs["images"], inputs["target"]
@@ -36,7 +36,7 @@ def build(spec, inputs, predict, to_device):
     u = kw["unet"]
     model = guided_denoising_step(unet(**u))
     latent, context, unconditional = inputs["latent"], inputs["context"], inputs["unconditional"]
-    t_emb = timestep_embedding(999, u["timestep_embedding_dim"], spec["batch_size"])
+    t_emb = timestep_embedding(999, u["timestep_embedding_dim"], spec.batch_size)
     return predict(model, [latent, t_emb, context, unconditional], spec, output="latent")
 
 

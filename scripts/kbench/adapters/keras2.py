@@ -32,7 +32,7 @@ def load_reference(workload, arrays, spec: dict) -> dict:
     """Keras 3's weights into keras-nlp's and keras-cv's Keras 2 models: the same order and shapes for BERT, ResNet-50
     and Stable Diffusion; SAM's encoders list theirs in another order (kbench.models.mappings: KERAS2_ORDER)."""
     from kbench.models import mappings
-    order = mappings.keras2_order(spec["model"], spec["task"])
+    order = mappings.keras2_order(spec.model, spec.task)
     return _keras.load_reference(workload, order(arrays, workload.model) if order else arrays, spec)
 
 
@@ -42,11 +42,11 @@ def _bert(spec, inputs):
     import keras_nlp
     import tensorflow as tf
     dropout = _keras.check_dropout(spec)
-    backbone = keras_nlp.models.BertBackbone(**bert.keras_hub_kwargs(spec["arch"]), **dropout)
-    model = keras_nlp.models.BertClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
+    backbone = keras_nlp.models.BertBackbone(**bert.keras_hub_kwargs(spec.arch), **dropout)
+    model = keras_nlp.models.BertClassifier(backbone, num_classes=spec.arch["num_classes"], preprocessor=None,
                                             **dropout)
     x, y = inputs["x"], inputs["labels"]
-    if spec["task"] == "predict":
+    if spec.task == "predict":
         return _predict(model, x, spec, evidence=_keras.bert_gelu(backbone))
     return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "adamw"),
                       _keras.logits_ce(tf.keras), _to_device, evidence=_keras.bert_gelu(backbone))
@@ -54,7 +54,7 @@ def _bert(spec, inputs):
 
 def _resnet50(spec, inputs):
     import tensorflow as tf
-    model = tf.keras.applications.ResNet50(**resnet50.keras_applications_kwargs(spec["arch"]))
+    model = tf.keras.applications.ResNet50(**resnet50.keras_applications_kwargs(spec.arch))
     return _keras.fit(tf.keras, model, inputs["images"], inputs["labels"], spec, _keras.optimizer(tf.keras, spec, "sgd"),
                       _keras.logits_ce(tf.keras), _to_device)
 
@@ -62,11 +62,11 @@ def _resnet50(spec, inputs):
 def _mistral(spec, inputs):
     import keras_nlp
     import tensorflow as tf
-    backbone = keras_nlp.models.MistralBackbone(**mistral.keras_hub_kwargs(spec["arch"]))
+    backbone = keras_nlp.models.MistralBackbone(**mistral.keras_hub_kwargs(spec.arch))
     model = keras_nlp.models.MistralCausalLM(backbone, preprocessor=None)
-    if spec["task"] == "generate":
+    if spec.task == "generate":
         return _keras.generate(model, decoder.keras_prompt(spec, inputs["prompt"]), spec, _to_device)
-    backbone.enable_lora(rank=spec["task_options"]["lora_rank"])
+    backbone.enable_lora(rank=spec.task_options["lora_rank"])
     x, y, sample_weight = inputs["x"], inputs["targets"], inputs["sample_weight"]
     return _keras.fit(tf.keras, model, x, y, spec, _keras.optimizer(tf.keras, spec, "adamw"),
                       _keras.logits_ce(tf.keras), _to_device, sample_weight=sample_weight)
@@ -77,10 +77,10 @@ def _sam(spec, inputs):
     from keras_cv.src.models import ViTDetBackbone
     from keras_cv.src.models.segmentation.segment_anything import (SAMMaskDecoder, SAMPromptEncoder,
                                                                    SegmentAnythingModel, TwoWayTransformer)
-    kw = sam.keras_cv_kwargs(spec["arch"])
+    kw = sam.keras_cv_kwargs(spec.arch)
     image_encoder = ViTDetBackbone(**kw["image_encoder"])
     images = inputs["images"]
-    if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
+    if spec.task == "fit":   # the anchor trains the image encoder alone against a random embedding
         return _keras.fit(tf.keras, image_encoder, images, inputs["target"], spec,
                           _keras.optimizer(tf.keras, spec, "adam"), tf.keras.losses.MeanSquaredError(), _to_device,
                           output="image_embedding")
@@ -106,7 +106,7 @@ def _predict(model, x, spec, output="logits", select=None, evidence=None):
     """model(x, training=False) in one tf.function, as Keras's predict_step runs it, without predict()'s per-call
     data-adapter setup and copy back to numpy."""
     import tensorflow as tf
-    forward = tf.function(lambda x: model(x, training=False), jit_compile=spec["settings"]["jit_compile"])
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=spec.settings["jit_compile"])
     x = _to_device(x)
     return _keras.workload(model, lambda: forward(x), spec,
                            lambda: {"jit_compile": _keras.compiled(forward), **(evidence or {})},

@@ -48,13 +48,13 @@ def _bert(spec, inputs):
     import keras
     import keras_hub
     dropout = _keras.check_dropout(spec)
-    backbone = keras_hub.models.BertBackbone(**bert.keras_hub_kwargs(spec["arch"]), **dropout)
+    backbone = keras_hub.models.BertBackbone(**bert.keras_hub_kwargs(spec.arch), **dropout)
     # compile=False: a keras-hub task compiles itself with accuracy, and a later compile(metrics=None) does not
     # remove it (Keras keeps tracking the first compile's metrics): the step would compute accuracy every time
-    model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec["arch"]["num_classes"], preprocessor=None,
+    model = keras_hub.models.BertTextClassifier(backbone, num_classes=spec.arch["num_classes"], preprocessor=None,
                                                 compile=False, **dropout)
     x, y = inputs["x"], inputs["labels"]
-    if spec["task"] == "predict":
+    if spec.task == "predict":
         return _predict(model, x, spec, evidence=_keras.bert_gelu(backbone))
     return _keras.fit(keras, model, x, y, spec, _keras.optimizer(keras, spec, "adamw"), _keras.logits_ce(keras),
                       _to_device, evidence=_keras.bert_gelu(backbone))
@@ -62,7 +62,7 @@ def _bert(spec, inputs):
 
 def _resnet50(spec, inputs):
     import keras
-    model = keras.applications.ResNet50(**resnet50.keras_applications_kwargs(spec["arch"]))
+    model = keras.applications.ResNet50(**resnet50.keras_applications_kwargs(spec.arch))
     return _keras.fit(keras, model, inputs["images"], inputs["labels"], spec, _keras.optimizer(keras, spec, "sgd"), _keras.logits_ce(keras),
                       _to_device)
 
@@ -76,11 +76,11 @@ def _causal_lm_cell(spec, inputs, cls_name, kwargs):
     import keras
     import keras_hub
     cls = getattr(keras_hub.models, cls_name)
-    backbone = cls.backbone_cls(**kwargs(spec["arch"]))
+    backbone = cls.backbone_cls(**kwargs(spec.arch))
     model = cls(backbone, preprocessor=None, compile=False)     # no default metrics (see _bert)
-    if spec["task"] == "generate":
+    if spec.task == "generate":
         return _keras.generate(model, decoder.keras_prompt(spec, inputs["prompt"]), spec, _to_device)
-    backbone.enable_lora(rank=spec["task_options"]["lora_rank"])   # freezes everything but the LoRA factors
+    backbone.enable_lora(rank=spec.task_options["lora_rank"])   # freezes everything but the LoRA factors
     x, y, sample_weight = inputs["x"], inputs["targets"], inputs["sample_weight"]
     return _keras.fit(keras, model, x, y, spec, _keras.optimizer(keras, spec, "adamw"), _keras.logits_ce(keras),
                       _to_device, sample_weight=sample_weight)
@@ -89,10 +89,10 @@ def _causal_lm_cell(spec, inputs, cls_name, kwargs):
 def _sam(spec, inputs):
     import keras
     import keras_hub
-    kw = sam.keras_hub_kwargs(spec["arch"])
+    kw = sam.keras_hub_kwargs(spec.arch)
     image_encoder = keras_hub.models.ViTDetBackbone(**kw["image_encoder"])
     images = inputs["images"]
-    if spec["task"] == "fit":   # the anchor trains the image encoder alone against a random embedding
+    if spec.task == "fit":   # the anchor trains the image encoder alone against a random embedding
         return _keras.fit(keras, image_encoder, images, inputs["target"], spec,
                           _keras.optimizer(keras, spec, "adam"), keras.losses.MeanSquaredError(), _to_device,
                           output="image_embedding")
@@ -119,9 +119,9 @@ MODELS = {"bert": for_tasks(_bert, "fit", "predict"), "gemma": _causal_lm("Gemma
 
 def _predict(model, x, spec, output="logits", select=None, evidence=None):
     x = _to_device(x)
-    forward = _compiled_forward(model, x, spec["settings"]["jit_compile"])
+    forward = _compiled_forward(model, x, spec.settings["jit_compile"])
     # the outputs read the model's weights as they are then (the step, on JAX, holds those of its build)
-    current = _compiled_forward(model, x, spec["settings"]["jit_compile"], live=True)
+    current = _compiled_forward(model, x, spec.settings["jit_compile"], live=True)
     return _keras.workload(model, forward, spec, lambda: {"jit_compile": _keras.compiled(forward), **(evidence or {})},
                            outputs=_keras.outputs_of(current, output, select))
 

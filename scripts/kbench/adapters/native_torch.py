@@ -12,7 +12,7 @@ backward, optimizer.step, zero_grad, and the loss read back to the host (as trai
 Trainer: gradient clipping and the LR schedule (the Keras cells have neither), and Trainer's per-step bookkeeping,
 which would be harness overhead. Models are built where they run: parameters created on the cell's device in its
 weights dtype (kbench.adapters.native_torch._built), never in float32 on the host first.
-Precision (spec["dtypes"], kbench.precision): the module is cast to the weights dtype (pure bfloat16, as the Keras
+Precision (spec.dtypes, kbench.precision): the module is cast to the weights dtype (pure bfloat16, as the Keras
 cells' dtype policy; LoRA factors as settings.lora_dtype says); a compute dtype other than the weights' runs
 forward and loss under torch.autocast; loss scaling is torch.amp.GradScaler, as PyTorch's AMP recipe.
 """
@@ -34,7 +34,7 @@ COMPILE_MODE = "reduce-overhead"     # the anchor's mode: CUDA graphs on a GPU, 
 
 def _mode(spec) -> str:
     """torch.compile's mode: the anchor's, or the tuned profile's (settings.compile_mode)."""
-    return spec["settings"].get("compile_mode", COMPILE_MODE)
+    return spec.settings.get("compile_mode", COMPILE_MODE)
 
 
 def backend() -> Backend:
@@ -47,17 +47,17 @@ def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     the module lacks, are returned (the check reports them: a module with missing weights never passes), with the
     reference arrays the mapping leaves out on purpose (kbench.models.weights.Mapping.skip)."""
     from kbench.models import mappings
-    mapping = mappings.mapping(spec["model"], spec["task"])
+    mapping = mappings.mapping(spec.model, spec.task)
     if mapping is None:
-        raise NotSupported(f"no weight mapping from the Keras reference to native {spec['model']} {spec['task']} yet")
+        raise NotSupported(f"no weight mapping from the Keras reference to native {spec.model} {spec.task} yet")
     module = workload.model
     state = {name: torch.as_tensor(value) for name, value in mapping.to_torch(arrays).items()}
     missing, unexpected = module.load_state_dict(state, strict=False)
-    return mappings.load_report(spec["model"], mapping, arrays, missing, unexpected)
+    return mappings.load_report(spec.model, mapping, arrays, missing, unexpected)
 
 
 def prepare(spec: dict) -> dict:
-    torch.manual_seed(spec["seed"])               # weight init
+    torch.manual_seed(spec.seed)               # weight init
     # The GPU where there is one, else the default device: the CPU, or the meta device for kbench.studies.census.
     return {"device": torch.device("cuda") if torch.cuda.is_available() else _default_device()}
 
@@ -107,7 +107,7 @@ def _built(spec, device, make):
     dtype (a 7B model built in float32 on the host, then cast and moved, takes about 34 GB of host memory and
     minutes of CPU before a step runs)."""
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(_torch_dtype(spec["dtypes"]["weights"]))
+    torch.set_default_dtype(_torch_dtype(spec.dtypes.weights))
     try:
         with torch.device(device):
             return make()
@@ -117,14 +117,14 @@ def _built(spec, device, make):
 
 def _bert(spec, inputs, device):
     import transformers
-    config = transformers.BertConfig(**bert.hf_config(spec["arch"], spec["settings"]["gelu"],
+    config = transformers.BertConfig(**bert.hf_config(spec.arch, spec.settings["gelu"],
                                                              _check_dropout(spec)))
     model = _built(spec, device, lambda: transformers.BertForSequenceClassification(config))
     labels = inputs["labels"]
     inputs = _tensors(bert.torch_inputs(inputs["x"]), device)
     gelu = {"gelu": {v: k for k, v in bert.HF_GELU.items()}[config.hidden_act]}
     logits = lambda out: {"logits": out.logits}         # noqa: E731
-    if spec["task"] == "predict":
+    if spec.task == "predict":
         return _predict(model, inputs, spec, outputs=logits, evidence=gelu)
     inputs["labels"] = _tensors(labels.astype("int64"), device)
     return _fit(model, inputs, spec, "adamw", loss=lambda out: out.loss, outputs=logits, evidence=gelu)
@@ -133,13 +133,13 @@ def _bert(spec, inputs, device):
 def _check_dropout(spec):
     """The equivalence check runs without dropout (each framework draws its own masks); the cells with the
     libraries' defaults."""
-    return 0.0 if spec.get("equivalence") else None
+    return 0.0 if spec.equivalence else None
 
 
 def _resnet50(spec, inputs, device):
     import torchvision
-    model = _built(spec, device, lambda: torchvision.models.resnet50(**resnet50.torchvision_kwargs(spec["arch"])))
-    if (spec.get("equivalence") or {}).get("aligned"):
+    model = _built(spec, device, lambda: torchvision.models.resnet50(**resnet50.torchvision_kwargs(spec.arch)))
+    if spec.aligned:
         _as_keras_resnet50(model)
     target = _tensors(inputs["labels"].astype("int64"), device)      # cross_entropy takes int64 class indices
     return _fit(model, _tensors((channels_first(inputs["images"]),), device), spec, "sgd",
@@ -170,12 +170,12 @@ def _causal_lm(name: str, kwargs):
 def _causal_lm_cell(spec, inputs, device, name, kwargs):
     import transformers
     config_cls, model_cls = getattr(transformers, f"{name}Config"), getattr(transformers, f"{name}ForCausalLM")
-    config = config_cls(**kwargs(spec["arch"]))
+    config = config_cls(**kwargs(spec.arch))
     model = _built(spec, device, lambda: model_cls(config))
-    if spec["task"] == "generate":
+    if spec.task == "generate":
         return _generate(model, inputs["prompt"], spec, device)
     import peft
-    model = peft.get_peft_model(model, peft.LoraConfig(r=spec["task_options"]["lora_rank"], lora_dropout=0.0,
+    model = peft.get_peft_model(model, peft.LoraConfig(r=spec.task_options["lora_rank"], lora_dropout=0.0,
                                                        target_modules=decoder.PEFT_LORA_TARGETS))
     x, targets = inputs["x"], inputs["targets"]        # the Keras cells' tokens and next-token targets
     inputs = _tensors({"input_ids": x["token_ids"].astype("int64"),
@@ -192,8 +192,8 @@ def _generate(model, prompt, spec, device):
     """One greedy generate() call: prompt_length prompt tokens, exactly new_tokens new ones (no EOS stop).
     Compiled column: transformers' own compiled decoding (static KV cache + CompileConfig), the way its docs give."""
     import transformers
-    new_tokens = spec["task_options"]["new_tokens"]
-    site = spec["settings"]["compile_site"]
+    new_tokens = spec.task_options["new_tokens"]
+    site = spec.settings["compile_site"]
     compiled = site == "decoding"
     # A transformers with CompileConfig compiles its static-cache decoding itself; older ones (4.38) leave it to the
     # caller: the static cache, then torch.compile of the model's forward, as their docs give.
@@ -242,9 +242,9 @@ def _generate(model, prompt, spec, device):
 
 
 def _sam(spec, inputs, device):
-    model = _built(spec, device, lambda: _segment_anything(spec["arch"]))
+    model = _built(spec, device, lambda: _segment_anything(spec.arch))
     images = _tensors(channels_first(inputs["images"]), device)
-    if spec["task"] == "fit":   # the image encoder alone against a random embedding, as the anchor
+    if spec.task == "fit":   # the image encoder alone against a random embedding, as the anchor
         target = _tensors(channels_first(inputs["target"]), device)
         return _fit(SamImageEncoder(model.image_encoder), (images,), spec, "adam", loss=_mse(target),
                     outputs=lambda embedding: {"image_embedding": _channels_last(embedding)})
@@ -322,12 +322,12 @@ class SamPredict(_Normalizing):
 
 
 def _stable_diffusion(spec, inputs, device):
-    kw = stable_diffusion.diffusers_kwargs(spec["arch"])
-    if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
+    kw = stable_diffusion.diffusers_kwargs(spec.arch)
+    if spec.task == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from diffusers.models.autoencoders.vae import Encoder
         images, target = (_tensors(channels_first(inputs[k]), device) for k in ("images", "target"))
         encoder = _built(spec, device, lambda: Encoder(**kw["vae_encoder"]))
-        if (spec.get("equivalence") or {}).get("aligned"):
+        if spec.aligned:
             _as_keras_cv_sd(encoder)
         return _fit(encoder, (images,), spec, "adam", loss=_mse(target),
                     outputs=lambda moments: {"moments": _channels_last(moments)})
@@ -335,7 +335,7 @@ def _stable_diffusion(spec, inputs, device):
     # (unconditional + conditional), guidance, one DDIM scheduler step. Prompt embeddings stand in for the text encoder.
     from diffusers import DDIMScheduler, UNet2DConditionModel
     unet = _place(_built(spec, device, lambda: UNet2DConditionModel(**kw["unet"])), spec, device).eval()
-    if (spec.get("equivalence") or {}).get("aligned"):
+    if spec.aligned:
         _as_keras_cv_sd(unet)
     # SD v1.4's schedule; "trailing" spacing starts at t = 999 (and steps to 979), as keras-cv's sampler and the
     # Keras cells' step (kbench.adapters._keras_sd) do; diffusers' default "leading" starts at 980. No clipping of the
@@ -389,7 +389,7 @@ def _compile(target, spec):
 
 def _maybe_compile(module, spec):
     """The module compiled where the cell's compile site is the module."""
-    return _compile(module, spec) if spec["settings"]["compile_site"] == "module" else module
+    return _compile(module, spec) if spec.settings["compile_site"] == "module" else module
 
 
 def _is_compiled(target) -> bool:
@@ -411,9 +411,9 @@ def _torch_dtype(name: str) -> torch.dtype:
 def _place(module, spec, device):
     """The module on the cell's device, its parameters in the precision's weights dtype; LoRA factors in float32
     where the cell's lora_dtype says so (as Keras 3 creates them), else in the model's dtype (the anchor's peft)."""
-    weights = spec["dtypes"]["weights"]
+    weights = spec.dtypes.weights
     module = module.to(device) if weights == "float32" else module.to(device=device, dtype=_torch_dtype(weights))
-    if spec["settings"].get("lora_dtype") == "float32" and hasattr(module, "peft_config"):
+    if spec.settings.get("lora_dtype") == "float32" and hasattr(module, "peft_config"):
         _lora_to_float32(module)
     return module
 
@@ -434,22 +434,22 @@ def _lora_to_float32(module) -> None:
 
 def _autocast(spec, device):
     """The forward pass's precision context: torch.autocast where compute and weights dtypes differ, else nothing."""
-    dtypes = spec["dtypes"]
-    if dtypes["compute"] == dtypes["weights"]:
+    dtypes = spec.dtypes
+    if dtypes.compute == dtypes.weights:
         return contextlib.nullcontext
-    return functools.partial(torch.autocast, device.type, _torch_dtype(dtypes["compute"]))
+    return functools.partial(torch.autocast, device.type, _torch_dtype(dtypes.compute))
 
 
 # The Keras cells' optimizers, with their defaults but the configured learning rate.
 def _optimizer(kind: str, spec: dict, parameters):
     """The Keras cells' optimizers with config `optimizers`' hyperparameters and the task's learning rate (AdamW is
     also HF Trainer's default, "adamw_torch")."""
-    o, lr = spec["task_options"]["optimizers"][kind], spec["task_options"]["learning_rate"]
+    o, lr = spec.task_options["optimizers"][kind], spec.task_options["learning_rate"]
     if kind == "sgd":
         return torch.optim.SGD(parameters, lr=lr, momentum=o["momentum"])
     cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[kind]
     extra = {"weight_decay": o["weight_decay"]} if kind == "adamw" else {}
-    if spec["settings"].get("fused_optimizer"):     # the tuned profile: one fused kernel for the whole step
+    if spec.settings.get("fused_optimizer"):     # the tuned profile: one fused kernel for the whole step
         extra["fused"] = True
     return cls(parameters, lr=lr, betas=(o["beta_1"], o["beta_2"]), eps=o["epsilon"], **extra)
 
@@ -463,7 +463,7 @@ def _fit(module, inputs, spec, optimizer, loss, outputs, evidence=None) -> Workl
     forward, autocast = _maybe_compile(module, spec), _autocast(spec, device)
     optimizer = _optimizer(optimizer, spec, [p for p in module.parameters() if p.requires_grad])
     # Dynamic loss scaling for float16 gradients (bfloat16 has float32's range and needs none).
-    scaler = _grad_scaler(device.type) if spec["dtypes"]["loss_scaling"] else None
+    scaler = _grad_scaler(device.type) if spec.dtypes.loss_scaling else None
 
     def train():
         with autocast():
@@ -473,7 +473,7 @@ def _fit(module, inputs, spec, optimizer, loss, outputs, evidence=None) -> Workl
         return value.detach()
     # "train-step": zero_grad, forward, loss, backward and optimizer step compiled as one function (the anchor's
     # torch.compile(train_fn)); dynamo breaks it into graphs at backward and compiles the optimizer step apart
-    train = _compile(train, spec) if spec["settings"]["compile_site"] == "train-step" else train
+    train = _compile(train, spec) if spec.settings["compile_site"] == "train-step" else train
     seen = {}
 
     def step():
@@ -497,7 +497,7 @@ def _predict(module, inputs, spec, outputs, evidence=None) -> Workload:
 def _inference(module, forward, run, spec, device, autocast, outputs, evidence=None) -> Workload:
     """A no-grad step of `run` (compiled whole where the compile site is "step"), its compute dtype noted;
     outputs(run()) -> {name: tensor}, the equivalence check's view of it."""
-    run = _compile(run, spec) if spec["settings"]["compile_site"] == "step" else run
+    run = _compile(run, spec) if spec.settings["compile_site"] == "step" else run
     seen = {}
 
     def step():
@@ -533,7 +533,7 @@ def _workload(module, step, spec, seen: dict, evidence, **extra) -> Workload:
         if lora:
             found["lora_dtype"] = dtype_name(lora[0].dtype)
         return found
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec.batch_size,
                     dtypes=lambda: {"weights": dtype_name(next(module.parameters()).dtype),
                                     "compute": seen.get("compute")}, evidence=observed, model=module, **extra)
 

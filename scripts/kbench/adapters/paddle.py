@@ -9,7 +9,7 @@ layer); backward, the optimizer step and clear_grad stay dynamic, as Paddle's ow
 translation happens in the warm-up steps. Each workload's evidence says what ran: the to_static mode, the backend
 Paddle chose (CINN needs a CINN build, CUDA and PIR; else PHI kernels), and the graph breaks by reason.
 Fit: forward, loss, backward, optimizer step, clear_grad, and the loss read back to the host (as train_on_batch).
-Precision (spec["dtypes"]): the weights stay float32 (no Paddle row runs pure bfloat16); a compute dtype other than
+Precision (spec.dtypes): the weights stay float32 (no Paddle row runs pure bfloat16); a compute dtype other than
 the weights' runs forward and loss under paddle.amp.auto_cast(level="O1"), loss scaling is paddle.amp.GradScaler.
 On a CPU auto_cast only warns and computes float32: the dtype the adapter observes is that of a product computed
 inside the context, so such a cell is failed (kbench.run.runner.PrecisionMismatch), never timed under the half label.
@@ -41,7 +41,7 @@ def backend() -> Backend:
 
 
 def prepare(spec: dict) -> dict:
-    paddle.seed(spec["seed"])            # weight init
+    paddle.seed(spec.seed)            # weight init
     return {}
 
 
@@ -62,15 +62,15 @@ def refuse(spec: dict) -> None:
 
 def _bert(spec, inputs):
     from paddlenlp.transformers import BertConfig, BertForSequenceClassification
-    config = BertConfig(**bert.paddlenlp_config(spec["arch"], _check_dropout(spec)))
+    config = BertConfig(**bert.paddlenlp_config(spec.arch, _check_dropout(spec)))
     model = BertForSequenceClassification(config)
-    gelu = _set_gelu(model, spec["settings"]["gelu"])
+    gelu = _set_gelu(model, spec.settings["gelu"])
     labels = inputs["labels"]
     # An explicit mask: without one paddlenlp masks every token equal to pad_token_id (0), HF and keras-hub none.
     inputs = _tensors(bert.torch_inputs(inputs["x"]))
     forward = lambda m, **kw: _first(m(**kw, return_dict=False))       # noqa: E731
     logits = lambda out: {"logits": out}                                 # noqa: E731
-    if spec["task"] == "predict":
+    if spec.task == "predict":
         return _predict(model, _Call(model, forward), inputs, spec, outputs=logits, evidence=gelu)
     target = _tensors(labels.astype("int64"))
     return _fit(model, _loss_layer(model, lambda out: F.cross_entropy(out, target), forward), inputs, spec,
@@ -97,12 +97,12 @@ def _set_gelu(model, gelu: str) -> dict:
 def _check_dropout(spec):
     """The equivalence check runs without dropout (each framework draws its own masks); the cells with the
     libraries' defaults."""
-    return 0.0 if spec.get("equivalence") else None
+    return 0.0 if spec.equivalence else None
 
 
 def _resnet50(spec, inputs):
-    model = paddle.vision.models.resnet50(**resnet50.paddle_vision_kwargs(spec["arch"]))
-    if (spec.get("equivalence") or {}).get("aligned"):
+    model = paddle.vision.models.resnet50(**resnet50.paddle_vision_kwargs(spec.arch))
+    if spec.aligned:
         _as_keras_resnet50(model)
     images, target = inputs["images"], _tensors(inputs["labels"].astype("int64"))
     return _fit(model, _loss_layer(model, lambda logits: F.cross_entropy(logits, target)),
@@ -123,8 +123,8 @@ def _as_keras_resnet50(model):
 
 
 def _stable_diffusion(spec, inputs):
-    kw = stable_diffusion.diffusers_kwargs(spec["arch"])     # ppdiffusers mirrors diffusers' constructors
-    if spec["task"] == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
+    kw = stable_diffusion.diffusers_kwargs(spec.arch)     # ppdiffusers mirrors diffusers' constructors
+    if spec.task == "fit":   # the VAE image encoder (AutoencoderKL.encoder) against random moments, as the anchor
         from ppdiffusers.models.vae import Encoder
         images, target = (_tensors(channels_first(inputs[k])) for k in ("images", "target"))
         encoder = Encoder(**kw["vae_encoder"])
@@ -186,7 +186,7 @@ def _loss_layer(model, loss, call=None) -> _Call:
 
 def _static(layer, spec):
     """paddle-static: the layer through paddle.jit.to_static(full_graph=False) (SOT); paddle-dygraph: as it is."""
-    return paddle.jit.to_static(layer, full_graph=False) if spec["settings"]["jit_compile"] else layer
+    return paddle.jit.to_static(layer, full_graph=False) if spec.settings["jit_compile"] else layer
 
 
 def _evidence(layer) -> dict:
@@ -211,10 +211,10 @@ def _evidence(layer) -> dict:
 
 def _autocast(spec):
     """The forward pass's precision context: paddle.amp.auto_cast O1 where compute and weights dtypes differ."""
-    dtypes = spec["dtypes"]
-    if dtypes["compute"] == dtypes["weights"]:
+    dtypes = spec.dtypes
+    if dtypes.compute == dtypes.weights:
         return contextlib.nullcontext
-    return lambda: paddle.amp.auto_cast(enable=True, dtype=dtypes["compute"], level="O1")
+    return lambda: paddle.amp.auto_cast(enable=True, dtype=dtypes.compute, level="O1")
 
 
 def observed_compute_dtype(autocast) -> str:
@@ -234,7 +234,7 @@ def _note_compute_dtype(seen: dict, autocast) -> None:
 def _optimizer(kind: str, spec: dict, parameters):
     """The Keras cells' optimizers with config `optimizers`' hyperparameters and the task's learning rate; Paddle's
     Momentum is torch's SGD with momentum (v = m v + g, p -= lr v)."""
-    o, lr = spec["task_options"]["optimizers"][kind], spec["task_options"]["learning_rate"]
+    o, lr = spec.task_options["optimizers"][kind], spec.task_options["learning_rate"]
     if kind == "sgd":
         return paddle.optimizer.Momentum(learning_rate=lr, momentum=o["momentum"], parameters=parameters)
     cls = {"adamw": paddle.optimizer.AdamW, "adam": paddle.optimizer.Adam}[kind]
@@ -249,7 +249,7 @@ def _fit(model, loss_layer, inputs, spec, optimizer, outputs, evidence=None) -> 
     model.train()
     forward, autocast = _static(loss_layer, spec), _autocast(spec)
     optimizer = _optimizer(optimizer, spec, [p for p in model.parameters() if not p.stop_gradient])
-    scaler = paddle.amp.GradScaler() if spec["dtypes"]["loss_scaling"] else None
+    scaler = paddle.amp.GradScaler() if spec.dtypes.loss_scaling else None
     seen = {}
 
     def step():
@@ -298,7 +298,7 @@ def _inference_outputs(model, compute, autocast=contextlib.nullcontext):
 
 def _workload(model, step, spec, seen: dict, evidence, **extra) -> Workload:
     total, trainable = count(model)
-    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec["batch_size"],
+    return Workload(step=step, params_total=total, params_trainable=trainable, examples_per_step=spec.batch_size,
                     dtypes=lambda: {"weights": _dtype_name(model.parameters()[0].dtype), "compute": seen.get("compute")},
                     evidence=evidence, model=model, **extra)
 
@@ -342,11 +342,11 @@ def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     (a model with missing weights never passes)."""
     from kbench.models import mappings
     from kbench.models.mappings import paddle as to_paddle
-    mapping = mappings.mapping(spec["model"], spec["task"])
-    if mapping is None or not to_paddle.has_rules(spec["model"]):
+    mapping = mappings.mapping(spec.model, spec.task)
+    if mapping is None or not to_paddle.has_rules(spec.model):
         raise NotSupported(f"mapping incomplete: no weight mapping from the Keras reference to Paddle "
-                           f"{spec['model']} {spec['task']} yet")
-    state = to_paddle.to_paddle(spec["model"], mapping.to_torch(arrays))
+                           f"{spec.model} {spec.task} yet")
+    state = to_paddle.to_paddle(spec.model, mapping.to_torch(arrays))
     own = workload.model.state_dict()
     unexpected = sorted(set(state) - set(own))
     missing = sorted(set(own) - set(state))

@@ -1,6 +1,6 @@
 """A framework-free workload (a NumPy matmul) for checking the harness itself: launch, timing, failure paths.
 
-spec["arch"]: {"matrix_size": N}; spec["task_options"]:
+spec.arch: {"matrix_size": N}; spec.task_options:
   fault: None | "raise" | "exit" | "killed" (SIGKILL, as the OOM killer sends it) | "oom" (allocates until a memory
          limit stops it; gives up at 16 GiB) | "device-oom" (raises OutOfMemoryError, as torch does when a batch does
          not fit on the GPU) | "segv" (a native crash) | "hang" | "hang-child" (hangs after starting a
@@ -94,11 +94,11 @@ class OutOfMemoryError(RuntimeError):
 
 
 def _matmul(spec: dict, inputs) -> Workload:
-    options = spec["task_options"]
+    options = spec.task_options
     fault = options.get("fault") or os.environ.get("KBENCH_SYNTHETIC_FAULT")
     once = os.environ.get("KBENCH_SYNTHETIC_FAIL_ONCE")
     if once:
-        marker = Path(once) / spec["cell_id"].replace("/", "_")
+        marker = Path(once) / spec.cell_id.replace("/", "_")
         if not marker.exists():
             marker.touch()
             raise RuntimeError("injected transient failure")
@@ -122,8 +122,8 @@ def _matmul(spec: dict, inputs) -> Workload:
     if fault == "hang":
         time.sleep(3600)
     time.sleep(float(options.get("build_s") or os.environ.get("KBENCH_SYNTHETIC_BUILD_S") or 0))
-    n = spec["arch"]["matrix_size"]
-    dtype = np.dtype(options.get("dtype") or spec["dtypes"]["compute"])
+    n = spec.arch["matrix_size"]
+    dtype = np.dtype(options.get("dtype") or spec.dtypes.compute)
     a, b = inputs["a"].astype(dtype), inputs["b"].astype(dtype)
     trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504
@@ -144,9 +144,9 @@ def _matmul(spec: dict, inputs) -> Workload:
     def overwriting_fit_step():
         buffer[...] = fit_step() / (1 + next(steps))
         return buffer
-    step = {"fit": overwriting_fit_step if options.get("reuse_output") else fit_step}.get(spec["task"], predict_step)
+    step = {"fit": overwriting_fit_step if options.get("reuse_output") else fit_step}.get(spec.task, predict_step)
     return Workload(step=step, params_total=2 * n * n, params_trainable=trainable,
-                    examples_per_step=spec["batch_size"], keep=np.copy,
+                    examples_per_step=spec.batch_size, keep=np.copy,
                     dtypes=lambda: {"weights": dtype_name(a.dtype), "compute": dtype_name((a @ b).dtype)})
 
 

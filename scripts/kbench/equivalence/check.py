@@ -29,6 +29,7 @@ import traceback
 
 import numpy as np
 
+from kbench.spec import CellSpec
 from kbench import cell
 from kbench.models import family, weights
 from kbench.stacks import lockcheck
@@ -42,10 +43,10 @@ FILES_ENV = "KBENCH_FILES"
 def contraction_and_depth(spec) -> tuple[int, int]:
     """(K, D): the longest contraction of the products of the model the task runs and how many run in sequence,
     from the model's family (its `contraction_and_depth` fact)."""
-    return family.of(spec["model"]).contraction_and_depth(spec)
+    return family.of(spec.model).contraction_and_depth(spec)
 
 
-def tolerance(spec: dict, dtype: str = "float32") -> float:
+def tolerance(spec: CellSpec, dtype: str = "float32") -> float:
     k, d = contraction_and_depth(spec)
     return 2 * UNIT_ROUNDOFF[dtype] * math.sqrt(k * d)
 
@@ -100,12 +101,12 @@ def run(job: dict, context: dict) -> tuple[cell.CellResult, dict[str, np.ndarray
         backend = adapter.backend()
         provenance.update(backend=backend.name, device=backend.device()["name"], packages=backend.package_versions())
         reference = None if job["reference"] is None else dict(np.load(_files()["reference"]))
-        for spec in job["cells"]:       # float32 first: every other precision is also compared with it
+        for spec in map(CellSpec.of, job["cells"]):   # float32 first: every other precision is compared with it
             try:
                 report["results"].append(_one(adapters, adapter, backend, job, spec, reference, arrays, own))
             except Exception as exc:    # one task or precision the column cannot check: said, the others go on
                 kind = "unsupported" if isinstance(exc, adapters.NotSupported) else "failed"
-                report["results"].append({"task": spec["task"], "precision": spec["precision"],
+                report["results"].append({"task": spec.task, "precision": spec.precision,
                                           "error": f"{kind}: {type(exc).__name__}: {str(exc)[:500]}",
                                           "detail": traceback.format_exc()[-3000:]})
     result = runner.job_run(job, context, check)
@@ -113,34 +114,34 @@ def run(job: dict, context: dict) -> tuple[cell.CellResult, dict[str, np.ndarray
     return result, arrays
 
 
-def _check_ran_in(workload, spec: dict) -> None:
+def _check_ran_in(workload, spec: CellSpec) -> None:
     """A precision's cost is only its cost where the steps ran in it: a column whose autocast does nothing (Paddle's
     on a CPU) would show an error of zero. The cell's own guard (kbench.run.runner.check_dtypes), on what the workload
     observed in its steps (a predict task runs one step to observe them)."""
     from kbench.run import runner
-    if spec["task"] != "fit":
+    if spec.task != "fit":
         workload.step()
     observed = {kind: name for kind, name in workload.dtypes().items() if name is not None}
-    expected = {kind: spec["dtypes"][kind] for kind in observed if kind in ("weights", "compute")}
+    expected = {kind: getattr(spec.dtypes, kind) for kind in observed if kind in ("weights", "compute")}
     if {k: observed[k] for k in expected} != expected:
         runner.check_dtypes(spec, workload.dtypes())
 
 
-def _one(adapters, adapter, backend, job: dict, spec: dict, reference: dict | None, arrays: dict,
+def _one(adapters, adapter, backend, job: dict, spec: CellSpec, reference: dict | None, arrays: dict,
          own: dict) -> dict:
     """One task and precision in this column: as built, and aligned where the column differs by design."""
-    task, precision, model = spec["task"], spec["precision"], spec["model"]
-    backend.set_tf32(spec["settings"]["tf32"], spec["dtypes"]["compute"])
+    task, precision, model = spec.task, spec.precision, spec.model
+    backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute)
     entry = {"task": task, "precision": precision, "tolerance": tolerance(spec), "variants": {}}
     aligned = _aligned(job, spec) and precision == "float32"     # the mapping's proof: float32 only
     for variant in ["as built"] + (["aligned"] if aligned else []):
-        spec_v = {**spec, "equivalence": {"aligned": variant == "aligned"}}
+        spec_v = spec.replace(equivalence={"aligned": variant == "aligned"})
         workload = adapters.build(adapter, spec_v)
         if workload.outputs is None:
             raise adapters.NotSupported(f"{job['framework']} has no outputs for {model} {task}")
         found = {}
         if reference is None and precision == "float32":    # the reference column makes the weights
-            weights.unit_scale(workload.model, np.random.default_rng([spec["seed"], _crc(model, task)]))
+            weights.unit_scale(workload.model, np.random.default_rng([spec.seed, _crc(model, task)]))
             for i, (path, value) in enumerate(weights.keras_arrays(workload.model)):
                 arrays[_key("w", task, f"{i:05d}", path)] = value
         elif reference is None:
@@ -177,10 +178,10 @@ def _reference_outputs(reference: dict | None, task: str):
             np.asarray(reference.get(_key("l", task), np.zeros(0))))
 
 
-def _aligned(job: dict, spec: dict) -> bool:
+def _aligned(job: dict, spec: CellSpec) -> bool:
     """Whether this column runs the aligned variant of a difference by design (config equivalence.differences)."""
     from kbench.plan.matrix import matches
-    return any(d.get("aligned") and matches(d.get("model"), spec["model"]) and matches(d.get("task"), spec["task"])
+    return any(d.get("aligned") and matches(d.get("model"), spec.model) and matches(d.get("task"), spec.task)
                and matches(d.get("framework"), job["framework"]) for d in job["differences"])
 
 

@@ -194,7 +194,7 @@ class Bench:
         name = self.name(applied)
         folder = self.out / "steps" / name
         step = Step(name, [g.id for g in self.groups if g.id in applied])
-        lock = folder / f"{self.stack}.{self.spec['accelerator']}.lock"
+        lock = folder / f"{self.stack}.{self.spec.accelerator}.lock"
         folder.mkdir(parents=True, exist_ok=True)
         if name in ("old", "new"):          # the user's own locks, byte for byte
             lock.write_bytes((self.old_lock if name == "old" else self.new_lock).read_bytes())
@@ -214,7 +214,7 @@ class Bench:
         return step
 
     def _environment(self, lock: Path, folder: Path) -> dict:
-        accelerator = self.spec["accelerator"]
+        accelerator = self.spec.accelerator
         if self.runtime == "host":
             return envs.build(self.stack, accelerator, lock, folder / "venv", folder / "environment.json",
                               self.resolver.find_links)
@@ -226,9 +226,9 @@ class Bench:
     def _run(self, step: Step, repeat: int) -> None:
         folder = self.out / "steps" / step.name
         limits = self.config["containers"].get("limits") or {}
-        path = folder / "cells" / f"{self.spec['cell_id']}.r{repeat}.json"
+        path = folder / "cells" / f"{self.spec.cell_id}.r{repeat}.json"
         result = launch.run_cell(self.spec, self.runtime, folder / "environment.json", path,
-                                 folder / "logs" / f"{self.spec['cell_id']}.r{repeat}.log",
+                                 folder / "logs" / f"{self.spec.cell_id}.r{repeat}.log",
                                  timeout_s=self.config["cell_timeout_minutes"] * 60, repeat=repeat,
                                  memory_mb=limits.get("memory_mb"), cpus=limits.get("cpus"))
         step.records.append(str(path))
@@ -368,7 +368,7 @@ def most_steps(groups: int) -> int:
 
 def default_out(config: dict, spec: dict, old_lock: Path, new_lock: Path) -> Path:
     digests = "-".join(envs.sha256_file(p).removeprefix("sha256:")[:8] for p in (old_lock, new_lock))
-    return Path(config["results_dir"]) / "bisect" / f"{spec['cell_id'].replace('/', '-')}-{digests}"
+    return Path(config["results_dir"]) / "bisect" / f"{spec.cell_id.replace('/', '-')}-{digests}"
 
 
 def run(config: dict, stack: str, accelerator: str, old_lock: Path, new_lock: Path, cell_id: str, repeats: int,

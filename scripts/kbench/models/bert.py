@@ -43,7 +43,7 @@ def paddlenlp_config(arch: dict, dropout: float | None = None) -> dict:
 
 def inputs(spec, rng) -> dict:
     """x for BertTextClassifier / BertClassifier (preprocessor=None) and, for fit, class labels."""
-    arch, n, seq = spec["arch"], spec["batch_size"], spec["inputs"]["sequence_length"]
+    arch, n, seq = spec.arch, spec.batch_size, spec.inputs["sequence_length"]
     x = {"token_ids": rng.integers(0, arch["vocabulary_size"], (n, seq), dtype="int32"),
          "segment_ids": np.zeros((n, seq), "int32"),
          "padding_mask": np.ones((n, seq), "int32")}
@@ -62,7 +62,7 @@ def flops(spec, t: Tally) -> None:
     BertIntermediate.dense Linear(d, I), BertOutput.dense Linear(I, d)], BertPooler.dense Linear(d, d) on the first
     token, classifier Linear(d, num_classes). Fit trains everything (the embeddings too, so every layer's input
     needs a gradient): grads=2 everywhere."""
-    a, b, s = spec["arch"], spec["batch_size"], spec["inputs"]["sequence_length"]
+    a, b, s = spec.arch, spec.batch_size, spec.inputs["sequence_length"]
     d, inter, heads = a["hidden_dim"], a["intermediate_dim"], a["num_heads"]
     tokens = b * s
     for _ in range(a["num_layers"]):
@@ -73,8 +73,8 @@ def flops(spec, t: Tally) -> None:
 
 
 def contraction_and_depth(spec) -> tuple[int, int]:
-    a = spec["arch"]
-    return max(a["hidden_dim"], a["intermediate_dim"], spec["inputs"]["sequence_length"]), 6 * a["num_layers"] + 3
+    a = spec.arch
+    return max(a["hidden_dim"], a["intermediate_dim"], spec.inputs["sequence_length"]), 6 * a["num_layers"] + 3
 
 
 FAMILY = family.register(

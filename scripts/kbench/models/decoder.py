@@ -27,7 +27,7 @@ def hf_config(arch: dict) -> dict:
 def fit_inputs(spec, rng) -> dict:
     """x, next-token targets and sample weights, as CausalLMPreprocessor makes them: sequence_length + 1 tokens
     drawn, the first sequence_length in, the last sequence_length as targets."""
-    arch, n, seq = spec["arch"], spec["batch_size"], spec["inputs"]["sequence_length"]
+    arch, n, seq = spec.arch, spec.batch_size, spec.inputs["sequence_length"]
     ids = rng.integers(0, arch["vocabulary_size"], (n, seq + 1), dtype="int32")
     return {"x": {"token_ids": ids[:, :-1], "padding_mask": np.ones((n, seq), bool)}, "targets": ids[:, 1:],
             "sample_weight": np.ones((n, seq), "float32")}
@@ -35,14 +35,14 @@ def fit_inputs(spec, rng) -> dict:
 
 def generate_inputs(spec, rng) -> dict:
     """The prompt: (batch, prompt_length) token ids, never 0 (the padding id)."""
-    arch, opts, n = spec["arch"], spec["task_options"], spec["batch_size"]
+    arch, opts, n = spec.arch, spec.task_options, spec.batch_size
     return {"prompt": rng.integers(1, arch["vocabulary_size"], (n, opts["prompt_length"]))}
 
 
 def keras_prompt(spec, prompt) -> dict:
     """The prompt, then new_tokens masked-off slots that greedy decoding fills; with stop_token_ids=None every
     keras-hub generate call produces exactly new_tokens tokens."""
-    opts, n = spec["task_options"], spec["batch_size"]
+    opts, n = spec.task_options, spec.batch_size
     p, total = opts["prompt_length"], opts["prompt_length"] + opts["new_tokens"]
     ids = np.zeros((n, total), "int32")
     ids[:, :p] = prompt
@@ -55,7 +55,7 @@ def _dims(spec) -> dict:
     """Widths of transformers' *ForCausalLM: q_proj Linear(d, Hq*hd), k_proj and v_proj Linear(d, Hkv*hd), o_proj
     Linear(Hq*hd, d); the gated MLP's gate_proj and up_proj Linear(d, I), down_proj Linear(I, d); lm_head
     Linear(d, V) (tied to the embedding in Gemma: still a product). head_dim is d // Hq unless the arch gives it."""
-    a = spec["arch"]
+    a = spec.arch
     head_dim = a.get("head_dim") or a["hidden_dim"] // a["num_query_heads"]
     return {"d": a["hidden_dim"], "inter": a["intermediate_dim"], "vocab": a["vocabulary_size"],
             "layers": a["num_layers"], "hq": a["num_query_heads"], "hkv": a["num_key_value_heads"], "hd": head_dim,
@@ -87,15 +87,15 @@ def _forward(spec, t: Tally, b: int, q_len: int, kv_len: int, logits_tokens: int
 
 def fit_flops(spec, t: Tally) -> None:
     """LoRA fit at sequence_length, the LM head over every position (HF computes all logits, then shifts labels)."""
-    s = spec["inputs"]["sequence_length"]
-    _forward(spec, t, spec["batch_size"], s, s, s, lora_rank=spec["task_options"]["lora_rank"])
+    s = spec.inputs["sequence_length"]
+    _forward(spec, t, spec.batch_size, s, s, s, lora_rank=spec.task_options["lora_rank"])
 
 
 def generate_flops(spec, t: Tally) -> None:
     """Greedy generate with a KV cache (kbench.results.flops's docstring, "generate"): the prefill over the prompt,
     LM head on its last position only (GenerationMixin sets logits_to_keep=1), then new_tokens - 1 one-token decode
     forwards, the j-th attending over the prompt_length + j tokens so far."""
-    b, opts = spec["batch_size"], spec["task_options"]
+    b, opts = spec.batch_size, spec.task_options
     prompt, new = opts["prompt_length"], opts["new_tokens"]
     window = _dims(spec)["window"]
     _forward(spec, t.prefixed("prefill: "), b, prompt, prompt, 1)
@@ -108,9 +108,9 @@ def generate_flops(spec, t: Tally) -> None:
 
 
 def contraction_and_depth(spec) -> tuple[int, int]:
-    a = spec["arch"]
+    a = spec.arch
     head = a.get("head_dim") or a["hidden_dim"] // a["num_query_heads"]
-    return (max(a["hidden_dim"], a["intermediate_dim"], spec["inputs"]["sequence_length"],
+    return (max(a["hidden_dim"], a["intermediate_dim"], spec.inputs["sequence_length"],
                 head * a["num_query_heads"]), 7 * a["num_layers"] + 1)
 
 

@@ -49,7 +49,7 @@ class Family:
 
     def draw(self, spec, rng) -> dict:
         """The cell's inputs, from its rng, in the Keras layout."""
-        return self.inputs[spec["task"]](spec, rng)
+        return self.inputs[spec.task](spec, rng)
 
     def network(self, adapter: str | None) -> str:
         """The network a column builds under the model's name (ResNet-50: v1 or v1.5), else the model's name."""

@@ -53,8 +53,8 @@ def fit_flops(spec, t: Tally) -> None:
     1x1 (planes, 4 planes), the block's stride on conv2 (v1.5) or on conv1 (v1, which so runs conv1 and conv2 on the
     smaller grid), and on each layer's first block the downsample Conv2d(in, 4 planes, 1, stride); avgpool; fc
     Linear(2048, num_classes). Fit trains everything. keras' convolution biases are additions, not counted."""
-    a, b = spec["arch"], spec["batch_size"]
-    v1 = stride_on(spec.get("framework_def", {}).get("adapter")) == "1x1"
+    a, b = spec.arch, spec.batch_size
+    v1 = stride_on(spec.adapter) == "1x1"
     size = conv_size(a["image_size"], 7, 2, 3)
     t.add("stem conv", conv2d(b, 3, 64, 7, size, size), grads=1, kind=CONV)
     size, inplanes = conv_size(size, 3, 2, 1), 64
@@ -74,7 +74,7 @@ def fit_flops(spec, t: Tally) -> None:
 
 def fit_inputs(spec, rng) -> dict:
     """Image classification: uniform [0, 1) images and class labels."""
-    arch, n = spec["arch"], spec["batch_size"]
+    arch, n = spec.arch, spec.batch_size
     size = arch["image_size"]
     images = rng.random((n, size, size, 3), dtype="float32")
     return {"images": images, "labels": rng.integers(0, arch["num_classes"], (n,), dtype="int32")}

@@ -107,7 +107,7 @@ def _image_encoder(spec, t: Tally, b: int) -> None:
     Linear(D, I), lin2 Linear(I, D) on the unpadded grid; neck Conv2d(D, C, 1) and Conv2d(C, C, 3), no bias.
     Fit trains all of it against the image: the patch embedding takes a weight gradient only (the image needs
     none), everything above both gradients; attention and the einsums are plain matmuls here (no fused kernel)."""
-    a = spec["arch"]
+    a = spec.arch
     dim, heads, inter = a["encoder_hidden_dim"], a["encoder_num_heads"], a["encoder_intermediate_dim"]
     head_dim, grid, window, out = dim // heads, embedding_size(a), a["window_size"], a["embedding_dim"]
     t.add("patch embedding", conv2d(b, 3, dim, a["patch_size"], grid, grid), grads=1, kind=CONV)
@@ -137,7 +137,7 @@ def _prompt_and_mask_decoder(spec, t: Tally, b: int) -> None:
     then final_attn_token_to_image; output_upscaling ConvTranspose2d(C, C/4, 2, 2) and (C/4, C/8, 2, 2);
     num_mask_tokens hypernetwork MLPs (C, C, C/8; 3 layers) on one token each; masks = hyper_in @ the upscaled
     embedding (C/8 x 4g x 4g); iou_prediction_head MLP(C, iou_head_hidden_dim, num_mask_tokens, iou_head_depth)."""
-    a, opts = spec["arch"], spec["task_options"]
+    a, opts = spec.arch, spec.task_options
     c, heads, mlp, grid = a["embedding_dim"], a["decoder_num_heads"], a["decoder_intermediate_dim"], \
         embedding_size(a)
     n_img, ci, masks = grid * grid, c // 2, a["num_multimask_outputs"] + 1
@@ -167,12 +167,12 @@ def _prompt_and_mask_decoder(spec, t: Tally, b: int) -> None:
 
 
 def fit_flops(spec, t: Tally) -> None:
-    _image_encoder(spec, t, spec["batch_size"])
+    _image_encoder(spec, t, spec.batch_size)
 
 
 def predict_flops(spec, t: Tally) -> None:
-    _image_encoder(spec, t, spec["batch_size"])
-    _prompt_and_mask_decoder(spec, t, spec["batch_size"])
+    _image_encoder(spec, t, spec.batch_size)
+    _prompt_and_mask_decoder(spec, t, spec.batch_size)
 
 
 # ---------------------------------------------------------------- inputs
@@ -180,7 +180,7 @@ def predict_flops(spec, t: Tally) -> None:
 def fit_inputs(spec, rng) -> dict:
     """[0, 1) images and the random image embedding the anchor's SAM fit regresses the image encoder onto
     (channels-last)."""
-    arch, n, size = spec["arch"], spec["batch_size"], spec["arch"]["image_size"]
+    arch, n, size = spec.arch, spec.batch_size, spec.arch["image_size"]
     images = rng.random((n, size, size, 3), dtype="float32")
     grid = embedding_size(arch)
     return {"images": images, "target": rng.random((n, grid, grid, arch["embedding_dim"]), dtype="float32")}
@@ -188,7 +188,7 @@ def fit_inputs(spec, rng) -> dict:
 
 def predict_inputs(spec, rng) -> dict:
     """[0, 1) images and num_points foreground points per image, (batch, num_points, 2) pixel coordinates."""
-    size, n, k = spec["arch"]["image_size"], spec["batch_size"], spec["task_options"]["num_points"]
+    size, n, k = spec.arch["image_size"], spec.batch_size, spec.task_options["num_points"]
     images = rng.random((n, size, size, 3), dtype="float32")
     return {"images": images, "points": rng.uniform(0, size, (n, k, 2)).astype("float32")}
 
@@ -197,8 +197,8 @@ def keras_prompts(spec, images, points) -> dict:
     """The keras SAM prompts: the points plus the (0, 0) / label -1 padding point keras SAM wants when no box is
     given; empty box and mask prompts passed explicitly (the models' predict_step would add them, but the compiled
     forward call bypasses it)."""
-    arch, n = spec["arch"], spec["batch_size"]
-    k, mask_side = spec["task_options"]["num_points"], 4 * embedding_size(arch)
+    arch, n = spec.arch, spec.batch_size
+    k, mask_side = spec.task_options["num_points"], 4 * embedding_size(arch)
     points = np.concatenate([points, np.zeros((n, 1, 2), "float32")], axis=1)
     labels = np.concatenate([np.ones((n, k)), -np.ones((n, 1))], axis=1).astype("float32")
     return {"images": images, "points": points, "labels": labels,
@@ -206,7 +206,7 @@ def keras_prompts(spec, images, points) -> dict:
 
 
 def contraction_and_depth(spec) -> tuple[int, int]:
-    a = spec["arch"]
+    a = spec.arch
     return (max(a["encoder_intermediate_dim"], a["decoder_intermediate_dim"], (a["image_size"] // a["patch_size"]) ** 2),
             6 * a["encoder_num_layers"] + 8 * a["decoder_num_layers"] + 12)
 

@@ -106,7 +106,7 @@ def _unet(spec, t: Tally, n: int) -> None:
     self-attention to_q/k/v/out Linear(C, C); attn2 cross-attention to_q, to_out Linear(C, C), to_k/to_v
     Linear(context_dim, C) on the text_length context tokens; FeedForward GEGLU proj Linear(C, 8C), Linear(4C, C)],
     proj_out Conv2d 1x1; unet_attention_heads heads of C / heads (diffusers' "attention_head_dim" quirk)."""
-    a = spec["arch"]
+    a = spec.arch
     kw = diffusers_kwargs(a)["unet"]
     ch, layers, heads = kw["block_out_channels"], kw["layers_per_block"], kw["attention_head_dim"]
     ctx, text, size = kw["cross_attention_dim"], a["text_length"], kw["sample_size"]
@@ -153,7 +153,7 @@ def _unet(spec, t: Tally, n: int) -> None:
 def predict_flops(spec, t: Tally) -> None:
     """One classifier-free-guided denoising step: the UNet once on the 2 x batch guidance batch (diffusers'
     pipeline; keras-cv calls it twice on the batch: the same FLOPs). Guidance and the DDIM step are elementwise."""
-    _unet(spec, t, 2 * spec["batch_size"])
+    _unet(spec, t, 2 * spec.batch_size)
 
 
 def fit_flops(spec, t: Tally) -> None:
@@ -163,7 +163,7 @@ def fit_flops(spec, t: Tally) -> None:
     except the last, a Downsample2D (F.pad (0, 1, 0, 1), then a 3x3 stride-2 conv, padding 0); UNetMidBlock2D:
     resnet, Attention (one head of C: to_q/k/v/out Linear(C, C) over the latent grid's tokens), resnet; conv_out
     Conv2d(C, 2 * latent_channels, 3) (the moments; keras-cv's layers[-3])."""
-    a, b = spec["arch"], spec["batch_size"]
+    a, b = spec.arch, spec.batch_size
     kw = diffusers_kwargs(a)["vae_encoder"]
     ch, size = kw["block_out_channels"], a["image_size"]
     t.add("conv_in/conv_out", conv2d(b, kw["in_channels"], ch[0], 3, size, size), grads=1, kind=CONV)
@@ -187,7 +187,7 @@ def fit_flops(spec, t: Tally) -> None:
 
 def fit_inputs(spec, rng) -> dict:
     """Images and the random 2*latent_channels moments the anchor's VAE-encoder fit regresses onto."""
-    arch, n = spec["arch"], spec["batch_size"]
+    arch, n = spec.arch, spec.batch_size
     size, lat = arch["image_size"], latent_size(arch)
     images = rng.random((n, size, size, 3), dtype="float32")
     return {"images": images, "target": rng.random((n, lat, lat, 2 * arch["latent_channels"]), dtype="float32")}
@@ -196,7 +196,7 @@ def fit_inputs(spec, rng) -> dict:
 def predict_inputs(spec, rng) -> dict:
     """A guided denoising step's latent (channels-last), text context and unconditional context; random contexts
     stand in for the text encoder, which is not part of a denoising step."""
-    arch, n = spec["arch"], spec["batch_size"]
+    arch, n = spec.arch, spec.batch_size
     lat = latent_size(arch)
     context_shape = (n, arch["text_length"], arch["context_dim"])
     latent = rng.standard_normal((n, lat, lat, arch["latent_channels"]), dtype="float32")
@@ -206,8 +206,8 @@ def predict_inputs(spec, rng) -> dict:
 
 
 def contraction_and_depth(spec) -> tuple[int, int]:
-    a = spec["arch"]
-    if spec["task"] == "fit":
+    a = spec.arch
+    if spec.task == "fit":
         # the VAE encoder (not the UNet): 3x3 convs up to its widest level, the middle's attention over the last
         # level's pixels; in sequence conv_in, 2 convs per ResnetBlock and a downsampling conv per level, the
         # middle's 2 blocks (4) and attention (q/k/v, scores, values, output: 4), conv_out

@@ -14,6 +14,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from kbench import precision, records
+from kbench.spec import CellSpec
 from kbench.models import family
 from kbench.host import REPO
 
@@ -391,7 +392,7 @@ def settings(config: dict, profile: str, model: str, task: str, framework: str) 
 
 
 def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, precision_name: str,
-         framework: str, profile: str = "strict") -> dict:
+         framework: str, profile: str = "strict") -> CellSpec:
     """The resolved cell config: everything the cell process needs, and nothing about where it runs."""
     suite = config["suites"][suite_name]
     model_def = config["model_defs"][model]
@@ -402,7 +403,7 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
     cell_settings = settings(config, profile, model, task, framework)
     if precision.PRECISIONS[precision_name].tf32:        # the precision is a TF32 mode: it sets it in every profile
         cell_settings["tf32"] = precision.PRECISIONS[precision_name].tf32
-    return {
+    return CellSpec.from_dict({
         "cell_id": Cell(suite_name, profile, model, task, batch_size, precision_name, framework).cell_id,
         "suite": suite_name,
         "profile": profile,
@@ -423,7 +424,7 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
         "steps": {"warmup": cell_settings["warmup"], "timed": suite["steps"]["timed"],
                   "blocks": cell_settings["sync_blocks"]},
         "seed": config["seed"],
-    }
+    })
 
 
 # ---------------------------------------------------------------- the equivalence check's jobs
@@ -466,6 +467,6 @@ def equivalence_job(config: dict, suite: str, profile: str, model: str, framewor
     return {"cell_id": f"{suite}/{profile}/equivalence/{model}/{name}", "job": "equivalence", "suite": suite,
             "profile": profile, "model": model, "framework": framework, "accelerator": config["accelerator"],
             "framework_def": config["framework_defs"][framework],
-            "env": specs[0]["env"] if specs else cell_env(config, framework, config["settings"]),
-            "cells": specs, "reference": None if reference else "reference",
+            "env": dict(specs[0].env) if specs else cell_env(config, framework, config["settings"]),
+            "cells": [s.to_dict() for s in specs], "reference": None if reference else "reference",
             "fit_steps": settings["fit_steps"], "differences": settings["differences"], "seed": config["seed"]}

@@ -5,7 +5,8 @@ module is the one that asks them. Pure Python (no framework import), so any adap
     per_step(spec) -> int              FLOPs of one step of the cell (its batch, its task)
     breakdown(spec) -> {part: FLOPs}   named parts that add up to per_step(spec)
 
-`spec` is kbench.plan.matrix.spec()'s resolved cell dict (model, task, batch_size, arch, inputs, task_options).
+`spec` is a kbench.spec.CellSpec, or a StepShape (what a step computes: model, task, batch_size, arch, inputs,
+task_options, adapter).
 
 Convention: FLOPs = 2 x multiply-accumulates (MACs) of matrix products, einsums, convolutions (transposed ones too)
 and attention, whose two products QK^T (scores) and AV (values) are counted explicitly over every (query, key) pair
@@ -47,11 +48,11 @@ from kbench.models.tally import CONV, MATMUL, Tally, linear  # noqa: F401  (line
 
 
 def _tally(spec) -> Tally:
-    if not known(spec["model"], spec["task"]):
-        raise ValueError(f"no FLOP formula for {spec['model']} {spec['task']}; the families' tasks: "
+    if not known(spec.model, spec.task):
+        raise ValueError(f"no FLOP formula for {spec.model} {spec.task}; the families' tasks: "
                          f"{sorted((f.name, t) for f in family.families().values() for t in f.tasks)}")
-    tally = Tally(training=spec["task"] == "fit")
-    family.of(spec["model"]).flops[spec["task"]](spec, tally)
+    tally = Tally(training=spec.task == "fit")
+    family.of(spec.model).flops[spec.task](spec, tally)
     return tally
 
 

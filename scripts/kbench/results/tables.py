@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbench.spec import StepShape
 from kbench import cell
 from kbench.gpu import peaks
 from kbench.models import family
@@ -118,17 +119,16 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
                                                        if len(repeats) > 1 else ""))
         return row
     estimate = stats.estimate(list(ok.mean_ms), list(ok.block_means))
-    spec_like = {"model": first.model, "task": first.task, "batch_size": first.batch_size, "arch": first.arch,
-                 "inputs": first.inputs, "task_options": first.task_options,
-                 "framework_def": {"adapter": first.adapter}}
+    shape = StepShape(first.model, first.task, first.batch_size, first.arch, first.inputs, first.task_options,
+                      first.adapter)
     known = flops.known(first.model, first.task)
-    flop_count = flops.per_step(spec_like) if known else None
+    flop_count = flops.per_step(shape) if known else None
     per_second = 1e3 / estimate.ms
     classes = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0], ok.precision_switches.iloc[0],
                                {"NVIDIA_TF32_OVERRIDE": first.tf32_override})
     # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none)
     device = first.gpu_name if isinstance(first.gpu_name, str) else first.device
-    least_s = peaks.peak_seconds(device, flops.by_kind(spec_like), classes) if known else None
+    least_s = peaks.peak_seconds(device, flops.by_kind(shape), classes) if known else None
     tflops = flop_count * per_second / 1e12 if flop_count else None
     flags = cell_flags(first, ok)
     tokens_per_step = ok.generated_tokens_per_step.iloc[0]

@@ -243,13 +243,19 @@ def ladder_stopped(below: cell.CellResult | None) -> dict | None:
                                             f"({(below.error or {}).get('type')})")
 
 
-def run_cell(spec: dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
+def payload(spec) -> dict:
+    """What the launcher starts, as the process gets it: a CellSpec's JSON form, or a study's job dict as it is."""
+    return spec.to_dict() if hasattr(spec, "to_dict") else spec
+
+
+def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
              timeout_s: float | None = None, repeat: int = 1, memory_mb: int | None = None,
              cpus: float | None = None, image_archive: str | Path | None = None, module: str = "kbench.run.runner",
              files: dict | None = None) -> cell.CellResult:
     """image_archive: where a node whose container storage lacks the image loads it from (a cluster node); module:
     what the process runs (kbench.run.runner for a cell, kbench.equivalence.check for an equivalence job); files: name -> path
     of files it reads (mounted read-only into a container)."""
+    spec = payload(spec)
     out, log = Path(out), Path(log)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -296,12 +302,13 @@ class Lease(list):
 
 
 @contextlib.contextmanager
-def gpu_lease(spec: dict, runtime: str, host: preflight.Host | None = None, poll_s: float = 0.5):
+def gpu_lease(spec, runtime: str, host: preflight.Host | None = None, poll_s: float = 0.5):
     """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM); else one GPU of this host to
     itself, the first free one among those it may use (an exported CUDA_VISIBLE_DEVICES narrows them), under a
     host-wide lock per GPU (by UUID), waiting while every one is taken, with that GPU's share of the CPUs. So cells
     side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no cell sees
     every GPU. Yields a Lease (the names the runtime takes: RUNTIMES gpu_name), None for a CPU cell."""
+    spec = payload(spec)
     if not preflight.is_gpu(spec["accelerator"]):
         yield None
         return

@@ -18,6 +18,7 @@ import traceback
 
 import numpy as np
 
+from kbench.spec import CellSpec
 from kbench import cell, numerics, timing
 from kbench.gpu import nvml, preflight
 from kbench.stacks import lockcheck
@@ -48,21 +49,21 @@ class NonFiniteLoss(Exception):
     is that of broken arithmetic, so the cell is failed and can never win a table."""
 
 
-def check_workload(spec: dict, workload) -> None:
+def check_workload(spec: CellSpec, workload) -> None:
     """Refuse to time a fit that does not train what the task says, before any step runs."""
-    if spec["task"] != "fit":
+    if spec.task != "fit":
         return
     total, trainable = workload.params_total, workload.params_trainable
-    if "lora_rank" in spec["task_options"] and not 0 < trainable < total:
-        raise LoRANotApplied(f"LoRA rank {spec['task_options']['lora_rank']} left {trainable:,} of {total:,} "
+    if "lora_rank" in spec.task_options and not 0 < trainable < total:
+        raise LoRANotApplied(f"LoRA rank {spec.task_options['lora_rank']} left {trainable:,} of {total:,} "
                              "parameters trainable; a LoRA fit trains only its adapter factors")
     if trainable == 0:
         raise NothingToTrain(f"none of {total:,} parameters is trainable")
 
 
-def timed_losses(spec: dict, steps: timing.StepTimes) -> dict | None:
+def timed_losses(spec: CellSpec, steps: timing.StepTimes) -> dict | None:
     """A fit step returns its loss: read it at the first and last timed step (after the timed window)."""
-    if spec["task"] != "fit":
+    if spec.task != "fit":
         return None
     return {"first_timed_step": float(steps.first_output), "last_timed_step": float(steps.last_output)}
 
@@ -72,11 +73,11 @@ def check_losses(losses: dict | None) -> None:
         raise NonFiniteLoss("non-finite loss: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in losses.items()))
 
 
-def check_dtypes(spec: dict, observed: dict[str, str]) -> None:
+def check_dtypes(spec: CellSpec, observed: dict[str, str]) -> None:
     """The dtypes the steps ran in, as the workload observed them, must be those the precision names."""
-    expected = {kind: spec["dtypes"][kind] for kind in ("weights", "compute")}
+    expected = {kind: getattr(spec.dtypes, kind) for kind in ("weights", "compute")}
     if observed != expected:
-        raise PrecisionMismatch(f"precision {spec['precision']} names weights {expected['weights']} and compute "
+        raise PrecisionMismatch(f"precision {spec.precision} names weights {expected['weights']} and compute "
                                 f"{expected['compute']}, but the steps ran in weights {observed.get('weights')} and "
                                 f"compute {observed.get('compute')}")
 
@@ -142,15 +143,15 @@ class Progress:
 
     def warmup_step(self, done: int, ms: float) -> None:
         self.last_warmup_ms = ms
-        self(f"warm-up step {done}/{self.spec['steps']['warmup']}: {duration(ms)}")
+        self(f"warm-up step {done}/{self.spec.steps.warmup}: {duration(ms)}")
 
     def window(self, phase: str) -> None:
         if phase != "start":
             return
-        steps = self.spec["steps"]
-        pace = (f", about {duration(self.last_warmup_ms * steps['timed'])} at the last warm-up step's pace"
+        steps = self.spec.steps
+        pace = (f", about {duration(self.last_warmup_ms * steps.timed)} at the last warm-up step's pace"
                 if self.last_warmup_ms is not None else "")
-        self(f"timed window: {steps['timed']} steps in {len(timing.block_sizes(steps['timed'], steps['blocks']))} "
+        self(f"timed window: {steps.timed} steps in {len(timing.block_sizes(steps.timed, steps.blocks))} "
              f"synced blocks{pace}; the next line when it closes")
 
 
@@ -165,10 +166,12 @@ class CountedSync:
         self.sync(output)
 
 
-def run(spec: dict, context: dict) -> cell.CellResult:
+def run(spec, context: dict) -> cell.CellResult:
+    """One cell: spec is a CellSpec (or its JSON form, the payload's)."""
+    spec = CellSpec.of(spec)
     # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
     # framework is first imported.
-    os.environ.update(spec["env"])
+    os.environ.update(spec.env)
     from kbench import adapters
 
     provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
@@ -177,24 +180,24 @@ def run(spec: dict, context: dict) -> cell.CellResult:
     backend = workload = losses = numerics_record = None
     memory = {}
     progress = Progress(spec)
-    progress(f"{spec['cell_id']}: {spec['framework']} in {context.get('runtime', '?')}; checking the packages "
+    progress(f"{spec.cell_id}: {spec.framework} in {context.get('runtime', '?')}; checking the packages "
              "against the lock")
     try:
         provenance["lock_check"] = check_lock()
-        adapter = adapters.load(spec["framework_def"]["adapter"])
+        adapter = adapters.load(spec.adapter)
         backend = adapter.backend()
         provenance["device_facts"] = {**backend.device(), "nvml": nvml.facts()}
         check_device(spec, backend)
         adapters.refuse(adapter, spec)
         numerics_record = set_and_probe_numerics(spec, backend)
-        numerics.check(numerics_record["probe"], spec["settings"]["tf32"], spec["dtypes"]["compute"],
+        numerics.check(numerics_record["probe"], spec.settings["tf32"], spec.dtypes.compute,
                        backend.device()["kind"])
         device = provenance["device_facts"]
         progress(f"{backend.name} on {device['kind']} ({device['name']}); building the model")
         workload = adapters.build(adapter, spec)
         check_workload(spec, workload)
         progress(f"model built: {workload.params_total:,} parameters ({workload.params_trainable:,} trainable); "
-                 f"{spec['steps']['warmup']} warm-up steps (a compiling column compiles in the first)")
+                 f"{spec.steps.warmup} warm-up steps (a compiling column compiles in the first)")
         memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
                       nvml_used_bytes_before_steps=nvml.used_bytes())
         sync, window = CountedSync(backend.sync), Window(backend)
@@ -202,8 +205,8 @@ def run(spec: dict, context: dict) -> cell.CellResult:
         def on_window(phase):
             progress.window(phase)
             window(phase)
-        steps = timing.measure(workload.step, sync, spec["steps"]["warmup"], spec["steps"]["timed"],
-                               keep=workload.keep, blocks=spec["steps"]["blocks"], on_window=on_window,
+        steps = timing.measure(workload.step, sync, spec.steps.warmup, spec.steps.timed,
+                               keep=workload.keep, blocks=spec.steps.blocks, on_window=on_window,
                                on_warmup_step=progress.warmup_step)
         progress(f"timed window closed after {duration(steps.window_ms)}: {steps.summary()['mean_ms']:.2f} ms/step")
         memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes())
@@ -277,27 +280,27 @@ def measurement_environment() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(MEASUREMENT_ENV)}
 
 
-def check_device(spec: dict, backend) -> None:
+def check_device(spec: CellSpec, backend) -> None:
     """A GPU cell must run on a GPU, decided before the model is built: a framework that fell back to the CPU (no
     driver, a CUDA too new for it, a runtime that did not pass the GPU) would otherwise time the CPU."""
     device = backend.device()
-    if preflight.is_gpu(spec["accelerator"]) and device["kind"] != "gpu":
+    if preflight.is_gpu(spec.accelerator) and device["kind"] != "gpu":
         from kbench.adapters import NoAccelerator
-        raise NoAccelerator(f"the cell asks for a GPU ({spec['accelerator']}), but {backend.name} runs on "
+        raise NoAccelerator(f"the cell asks for a GPU ({spec.accelerator}), but {backend.name} runs on "
                             f"{device['kind']} ({device['name']}); see docs/gpu-hosts.md")
 
 
-def set_and_probe_numerics(spec: dict, backend) -> dict:
+def set_and_probe_numerics(spec: CellSpec, backend) -> dict:
     """The framework's own float32 switches as the spec's tf32 setting says, then the probe of what a float32
     matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
-    switches = backend.set_tf32(spec["settings"]["tf32"], spec["dtypes"]["compute"])
-    return {"tf32": spec["settings"]["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
+    switches = backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute)
+    return {"tf32": spec.settings["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
 
 
 BUSY_STEPS = 10
 
 
-def device_busy(spec: dict, backend, workload, sync) -> dict:
+def device_busy(spec: CellSpec, backend, workload, sync) -> dict:
     """The device-busy share of a few steps run after the window (kbench.timing.device_busy): a direct measure of the
     host's part of a step beside the batch study's fixed cost. Never fails the cell: its time is already measured."""
     kind = backend.device()["kind"]
@@ -305,7 +308,7 @@ def device_busy(spec: dict, backend, workload, sync) -> dict:
         return {"share": None, "reason": f"{backend.name} on {kind}: no device profiler here"
                 + (" (a CPU step is host work throughout)" if kind == "cpu" else "")}
     try:
-        return timing.device_busy(workload.step, sync, min(BUSY_STEPS, spec["steps"]["timed"]), backend.activities)
+        return timing.device_busy(workload.step, sync, min(BUSY_STEPS, spec.steps.timed), backend.activities)
     except Exception as exc:     # the profiler, not the step: the window's figures stand
         return {"share": None, "reason": f"the device profiler failed: {type(exc).__name__}: {str(exc)[:300]}"}
 

@@ -42,9 +42,9 @@ def main(argv=None) -> int:
         try:
             with shapes_only(framework_def["adapter"], env):
                 workload = adapters.build(adapter, spec)
-            line = {"cell_id": spec["cell_id"], "total": workload.params_total, "trainable": workload.params_trainable}
+            line = {"cell_id": spec.cell_id, "total": workload.params_total, "trainable": workload.params_trainable}
         except Exception as exc:  # one model that does not build must not hide the others' counts
-            line = {"cell_id": spec["cell_id"], "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            line = {"cell_id": spec.cell_id, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         print(json.dumps(line), flush=True)
         counts.append(line)
     files.write_json(out, {"counts": counts})

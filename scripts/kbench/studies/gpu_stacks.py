@@ -14,6 +14,7 @@ they are listed apart, as what the GPU host must provide.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def tiny_cells(stack: str, record: Path, out: Path) -> dict[str, str]:
             found[framework] = "no tiny model for this stack"
             continue
         spec = matrix.spec(config, "tiny", model, "predict", 2, "float32", framework)
-        spec["steps"] = {**spec["steps"], "timed": 2, "blocks": 2}
+        spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=2, blocks=2))
         result = launch.run_cell(spec, "podman", record, out / f"{framework}.json", out / f"{framework}.log",
                                  timeout_s=900)
         found[framework] = result.status if result.status == "ok" else f"{result.status}: {result.text()}"

@@ -14,8 +14,10 @@ plumbing without any framework.
 """
 from __future__ import annotations
 
+
 import argparse
 import copy
+import dataclasses
 import errno
 import json
 import subprocess
@@ -192,14 +194,14 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
             continue
         spec = matrix.spec(config, "smoke", model, task, batch, precision_name, framework, "strict")
         if timed:
-            spec["steps"] = {**spec["steps"], "timed": timed, "blocks": min(spec["steps"]["blocks"], timed)}
+            spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=timed, blocks=min(spec.steps.blocks, timed)))
         stack = definition["stack"]
         record = records_dir / f"{stack}.{config['accelerator']}.json"
         if not record.exists():
             envs.record_preinstalled(stack, config["accelerator"], REPO / "envs" / f"{stack}.{config['accelerator']}.lock",
                                      python, record)
-        target = out / "cells" / f"{spec['cell_id']}.r1.json"
-        result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec['cell_id']}.r1.log",
+        target = out / "cells" / f"{spec.cell_id}.r1.json"
+        result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec.cell_id}.r1.log",
                                  timeout_s=remaining - 5)
         rows.append({**row, **summary(result)})
     return rows
@@ -215,7 +217,7 @@ def summary(result: cell.CellResult) -> dict:
     classes = peaks.arithmetic(row["compute_dtype"], row["probe_class"], row["precision_switches"],
                                {"NVIDIA_TF32_OVERRIDE": row["tf32_override"]})
     device = row["gpu_name"] or row["device"]
-    least = peaks.peak_seconds(device, flops.by_kind(spec), classes) if flops.known(spec["model"], spec["task"]) \
+    least = peaks.peak_seconds(device, flops.by_kind(spec), classes) if flops.known(spec.model, spec.task) \
         else None
     return {"status": "ok", "device": device, "probe": row["probe_class"], "ms/step": round(result.timing["mean_ms"], 2),
             "MFU %": round(100 * least / seconds, 1) if least else None,
