@@ -36,29 +36,6 @@ def latent_size(arch: dict) -> int:
     return arch["image_size"] // 2 ** (len(arch["vae_block_channels"]) - 1)
 
 
-def keras_cv_sd_kwargs(arch: dict) -> dict:
-    """Kwargs of kbench.adapters._keras_sd.unet / .vae_encoder, the width-parametrised versions of keras-cv 0.9.0's
-    DiffusionModel and ImageEncoder (which hard-code the v1.4 widths)."""
-    return {
-        "unet": {
-            "latent_size": latent_size(arch),
-            "latent_channels": arch["latent_channels"],
-            "block_channels": list(arch["unet_block_channels"]),
-            "layers_per_block": arch["unet_layers_per_block"],
-            "num_heads": arch["unet_attention_heads"],
-            "context_dim": arch["context_dim"],
-            "text_length": arch["text_length"],
-            "timestep_embedding_dim": arch["timestep_embedding_dim"],
-        },
-        "vae_encoder": {
-            "image_size": arch["image_size"],
-            "block_channels": list(arch["vae_block_channels"]),
-            "layers_per_block": arch["vae_layers_per_block"],
-            "latent_channels": arch["latent_channels"],
-        },
-    }
-
-
 def diffusers_kwargs(arch: dict) -> dict:
     """Kwargs of diffusers' UNet2DConditionModel and the VAE's Encoder (diffusers.models.autoencoders.vae.Encoder,
     what AutoencoderKL.encoder is), as in the SD v1.4 configs."""
