@@ -229,7 +229,7 @@ def probe_cell(results, folder, name, spec, framework, timeout_s=900):
     """One cell outside any run (a spec a test changed), in its column's image, with one OpenMP thread."""
     spec = {**spec, "env": {**spec["env"], "OMP_NUM_THREADS": "1"}}
     return launch.run_cell(spec, "podman", results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json",
-                           folder / f"{name}.json", folder / f"{name}.log", timeout_s=timeout_s)
+                           folder / f"{name}.json", folder / f"{name}.log", launch.Options(timeout_s=timeout_s))
 
 
 def no_accelerator(results, folder, framework):
@@ -773,7 +773,7 @@ def run_job(results, job, reference, tmp_path):
     stack = matrix.stack_of(CONFIG, job["framework"])
     out = tmp_path / f"{job['framework']}.json"
     launch.run_cell(job, "podman", results / "images" / f"{stack}.cpu.json", out, tmp_path / "job.log",
-                    timeout_s=900, module="kbench.equivalence.check", files={"reference": reference})
+                    launch.Options(timeout_s=900, module="kbench.equivalence.check", files={"reference": reference}))
     return cell.read(out)
 
 

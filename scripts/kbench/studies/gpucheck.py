@@ -200,7 +200,7 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
                                      python, record)
         target = out / "cells" / f"{spec['cell_id']}.r1.json"
         result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec['cell_id']}.r1.log",
-                                 timeout_s=remaining - 5)
+                                 launch.Options(timeout_s=remaining - 5))
         rows.append({**row, **summary(result)})
     return rows
 
