@@ -19,7 +19,7 @@ import yaml
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, host, records
+from kbench import cell, host, records, runtimes
 from kbench.plan import matrix, sources
 from kbench.run import launch
 from kbench.stacks import envs
@@ -564,7 +564,7 @@ def run_in_image(results, stack, *parts, timeout=600):
     code = f"CONFIG_JSON = {json.dumps(json.dumps({**CONFIG, 'accelerator': 'cpu'}))}\n" + "".join(
         textwrap.dedent(part) for part in parts)
     argv = ["podman", "run", "--rm", "-i", "--network", "none", "--env", "OMP_NUM_THREADS=1",
-            f"--volume={launch.REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", *host.ulimit_args(),
+            f"--volume={launch.REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro", *host.ulimit_args(),
             environment["id"], "python", "-c", code]
     proc = subprocess.run(argv, env=launch.process_env("podman"), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
