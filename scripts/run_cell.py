@@ -22,5 +22,5 @@ elif launch.ladder_stopped(below):
     open(sm.log[0], "w").write(stopped["message"] + "\n")
 else:
     launch.run_cell(params.spec, params.runtime, sm.input.environment, sm.output[0], sm.log[0],
-                    timeout_s=sm.resources.cell_timeout_s, repeat=repeat, memory_mb=memory_mb,
-                    cpus=limits.get("cpus"), image_archive=sm.input.get("image_archive") or None)
+                    launch.Options(timeout_s=sm.resources.cell_timeout_s, repeat=repeat, memory_mb=memory_mb,
+                                   cpus=limits.get("cpus"), image_archive=sm.input.get("image_archive") or None))

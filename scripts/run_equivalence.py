@@ -4,5 +4,5 @@ from kbench.run import launch
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 files = {"reference": sm.input.reference} if "reference" in sm.input.keys() else {}
-launch.run_cell(sm.params.job, sm.params.runtime, sm.input.environment, sm.output.json, sm.log[0],
-                timeout_s=sm.resources.cell_timeout_s, module="kbench.equivalence.check", files=files)
+options = launch.Options(timeout_s=sm.resources.cell_timeout_s, module="kbench.equivalence.check", files=files)
+launch.run_cell(sm.params.job, sm.params.runtime, sm.input.environment, sm.output.json, sm.log[0], options)

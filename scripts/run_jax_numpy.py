@@ -4,4 +4,4 @@ from kbench.run import launch
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 launch.run_cell(sm.params.job, sm.params.runtime, sm.input.environment, sm.output.json, sm.log[0],
-                timeout_s=sm.resources.cell_timeout_s, module="kbench.studies.jax_numpy")
+                launch.Options(timeout_s=sm.resources.cell_timeout_s, module="kbench.studies.jax_numpy"))

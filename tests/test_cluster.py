@@ -15,7 +15,7 @@ import yaml
 
 import prebuild
 from conftest import REPO, SNAKEMAKE, snakemake
-from kbench import cell, records
+from kbench import cell, records, runtimes
 from kbench.run import launch
 from test_faults import cell_of, fault_workflow, podman_containers, record
 
@@ -82,11 +82,11 @@ def test_a_node_without_the_image_loads_it_from_the_shipped_archive(tmp_path, bu
     image = records.read(image_record)
     podman = dict(capture_output=True, env=launch.process_env("podman"))
     subprocess.run(["podman", "rmi", "--force", image["id"]], check=True, **podman)
-    assert not launch.has_image("podman", image["id"])
+    assert not launch.has_image(runtimes.resolve("podman"), image["id"])
     proc = snakemake(*options, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (tmp_path / "results/images/synthetic.cpu.oci.tar").exists()
-    assert launch.has_image("podman", image["id"])
+    assert launch.has_image(runtimes.resolve("podman"), image["id"])
     result = record(cell_of(tmp_path, "ok"))
     assert result["status"] == "ok" and result["provenance"]["environment"]["id"] == image["id"]
 

@@ -20,7 +20,7 @@ import yaml
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, host, records
+from kbench import cell, host, records, runtimes
 from kbench.plan import matrix, sources
 from kbench.run import launch
 from kbench.stacks import envs
@@ -230,7 +230,7 @@ def probe_cell(results, folder, name, spec, framework, timeout_s=900):
     """One cell outside any run (a spec a test changed), in its column's image, with one OpenMP thread."""
     spec = spec.replace(env={**spec.env, "OMP_NUM_THREADS": "1"})
     return launch.run_cell(spec, "podman", results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json",
-                           folder / f"{name}.json", folder / f"{name}.log", timeout_s=timeout_s)
+                           folder / f"{name}.json", folder / f"{name}.log", launch.Options(timeout_s=timeout_s))
 
 
 def no_accelerator(results, folder, framework):
@@ -565,7 +565,7 @@ def run_in_image(results, stack, *parts, timeout=600):
     code = f"CONFIG_JSON = {json.dumps(json.dumps({**CONFIG, 'accelerator': 'cpu'}))}\n" + "".join(
         textwrap.dedent(part) for part in parts)
     argv = ["podman", "run", "--rm", "-i", "--network", "none", "--env", "OMP_NUM_THREADS=1",
-            f"--volume={launch.REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", *host.ulimit_args(),
+            f"--volume={launch.REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro", *host.ulimit_args(),
             environment["id"], "python", "-c", code]
     proc = subprocess.run(argv, env=launch.process_env("podman"), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -774,7 +774,7 @@ def run_job(results, job, reference, tmp_path):
     stack = matrix.stack_of(CONFIG, job["framework"])
     out = tmp_path / f"{job['framework']}.json"
     launch.run_cell(job, "podman", results / "images" / f"{stack}.cpu.json", out, tmp_path / "job.log",
-                    timeout_s=900, module="kbench.equivalence.check", files={"reference": reference})
+                    launch.Options(timeout_s=900, module="kbench.equivalence.check", files={"reference": reference}))
     return cell.read(out)
 
 

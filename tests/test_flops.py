@@ -9,7 +9,7 @@ import pytest
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import host, records
+from kbench import host, records, runtimes
 from kbench.plan import matrix
 from kbench.results import flops
 from kbench.run import launch
@@ -322,7 +322,7 @@ def run_counter(image_id, cases):
     """One container start: every case counted by FlopCounterMode around one step. -> {name: result}"""
     script = f"import json\nCASES = json.loads({json.dumps(cases)!r})\n" + COUNTER_SCRIPT
     argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
-            f"--volume={REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", image_id, "python", "-"]
+            f"--volume={REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro", image_id, "python", "-"]
     proc = subprocess.run(argv, input=script, text=True, capture_output=True, timeout=1800,
                           env=launch.process_env("podman"))
     results = [json.loads(line[len("FLOPS "):]) for line in proc.stdout.splitlines() if line.startswith("FLOPS ")]

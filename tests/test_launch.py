@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kbench import cell, runtimes
 from kbench.spec import CellSpec
-from kbench import cell
 from kbench.run import launch
 
 
@@ -41,7 +41,8 @@ def driver_environment(tmp_path):
 
 
 def run(tmp_path, environment, spec, timeout_s=60):
-    return launch.run_cell(spec, "host", environment, tmp_path / "cell.json", tmp_path / "cell.log", timeout_s)
+    return launch.run_cell(spec, "host", environment, tmp_path / "cell.json", tmp_path / "cell.log",
+                           launch.Options(timeout_s=timeout_s))
 
 
 @pytest.mark.parametrize("task_options, error_type", [
@@ -275,6 +276,7 @@ def test_unknown_runtime_names_the_allowed_ones():
         launch.command("lxc", {}, Path("out.json"))
 
 
+HOST, PODMAN = runtimes.resolve("host"), runtimes.resolve("podman")
 IMAGE = {"id": "sha256:" + "ab" * 32, "sif": "/images/keras3-jax.gpu.sif"}
 OUT = Path("/work/results/cells/tiny/bert/fit/bs32/float32/keras3-jax.json")
 MOUNTS = [f"{launch.REPO}/scripts:/opt/kbench/scripts:ro",
@@ -390,7 +392,8 @@ def test_a_launcher_error_is_a_failed_cell(tmp_path, driver_environment, monkeyp
         driver_environment.write_text("{\"stack\": ")
     else:
         driver_environment.unlink()
-    result = launch.run_cell(synthetic_spec(), runtime, record, tmp_path / "cell.json", tmp_path / "cell.log", 60)
+    result = launch.run_cell(synthetic_spec(), runtime, record, tmp_path / "cell.json", tmp_path / "cell.log",
+                             launch.Options(timeout_s=60))
     assert result.status == "failed"
     assert f"{result.error['type']}: {result.error['message']}".startswith(message), result.error
     assert cell.read(tmp_path / "cell.json") == result
@@ -409,7 +412,7 @@ def kill_driver_mid_cell(tmp_path, driver_environment, slow_removal_s=0.0):
         "launch._Stop.kill = lambda self: (kill(self), threading.current_thread() is threading.main_thread() or "
         f"time.sleep({slow_removal_s}))\n"
         f"launch.run_cell(json.loads(sys.argv[1]), 'host', {str(driver_environment)!r}, {str(tmp_path / 'cell.json')!r},"
-        f" {str(tmp_path / 'cell.log')!r}, 600)\n")
+        f" {str(tmp_path / 'cell.log')!r}, launch.Options(timeout_s=600))\n")
     driver = tmp_path / "snakemake"
     driver.write_text(f"#!/bin/bash\n{sys.executable} {launcher} '{json.dumps(synthetic_spec('hang-child').to_dict())}' &\nwait\n")
     driver.chmod(0o755)
@@ -480,7 +483,7 @@ def test_a_preinstalled_interpreter_records_its_drift_from_the_lock_instead_of_f
     assert record["kind"] == "preinstalled" and record["packages"]["numpy"] != "0.0.1"
     assert record["drift"][0].startswith("numpy: lock 0.0.1, installed ")
     result = launch.run_cell(synthetic_spec(), "preinstalled", tmp_path / "preinstalled.json", tmp_path / "cell.json",
-                             tmp_path / "cell.log", 60)
+                             tmp_path / "cell.log", launch.Options(timeout_s=60))
     assert result.status == "ok", result.error
     check = result.provenance["lock_check"]
     assert check["result"] == "drift" and check["differences"][0].startswith("numpy: lock 0.0.1, installed ")
@@ -529,11 +532,11 @@ def test_a_cell_writes_into_a_staging_folder_of_its_own(tmp_path, driver_environ
     launcher moves the result into place and removes the folder."""
     seen = []
 
-    def spy(runtime, environment, out, **options):
+    def spy(runtime, environment, out, options, gpu=False):
         seen.append(out)
-        return command(runtime, environment, out, **options)
-    command = launch.command
-    monkeypatch.setattr(launch, "command", spy)
+        return command(runtime, environment, out, options, gpu)
+    command = runtimes.Runtime.command
+    monkeypatch.setattr(runtimes.Runtime, "command", spy)
     assert run(tmp_path, driver_environment, synthetic_spec()).status == "ok"
     assert seen[0].parent.parent == tmp_path and seen[0].parent.name.startswith(".staging-kbench-")
     assert not seen[0].parent.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
@@ -615,8 +618,8 @@ def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {3})
     spec = synthetic_spec()
     spec = spec.replace(accelerator="gpu")
-    result = launch.run_cell(spec, "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", 60,
-                             memory_mb=6000)
+    result = launch.run_cell(spec, "podman", record, tmp_path / "cell.json", tmp_path / "cell.log",
+                             launch.Options(timeout_s=60, memory_mb=6000))
     argv = (tmp_path / "cell.log").read_text().splitlines()[0].split()
     assert argv[:3] == ["$", "podman", "run"]
     assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=2" and argv.count("--device") == 1
@@ -633,7 +636,8 @@ def test_a_cpu_cell_in_a_slurm_job_with_a_gpu_records_the_jobs_allocation(fake_p
     monkeypatch.setenv("SLURM_JOB_ID", "9")
     monkeypatch.setenv("SLURM_JOB_GPUS", "1")
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0})
-    result = launch.run_cell(synthetic_spec(), "podman", record, tmp_path / "cell.json", tmp_path / "cell.log", 60)
+    result = launch.run_cell(synthetic_spec(), "podman", record, tmp_path / "cell.json", tmp_path / "cell.log",
+                             launch.Options(timeout_s=60))
     assert "--device" not in (tmp_path / "cell.log").read_text().splitlines()[0]
     assert result.provenance["launcher"]["gpus_allocated"] == ["1"]
 
@@ -641,13 +645,13 @@ def test_a_cpu_cell_in_a_slurm_job_with_a_gpu_records_the_jobs_allocation(fake_p
 def test_a_node_without_the_image_loads_its_archive_once_and_checks_the_id(fake_podman):
     archive = fake_podman / "keras3-jax.gpu.oci.tar"
     archive.write_text("sha256:aa\n")
-    launch.ensure_image("podman", {"id": "sha256:aa"}, archive)
-    launch.ensure_image("podman", {"id": "sha256:aa"}, archive)      # now there: no second load
+    launch.ensure_image(PODMAN, {"id": "sha256:aa"}, archive)
+    launch.ensure_image(PODMAN, {"id": "sha256:aa"}, archive)      # now there: no second load
     assert (fake_podman / "loads").read_text().splitlines() == [str(archive)]
     with pytest.raises(launch.LaunchError, match=f"{archive} loaded on .* does not hold the recorded image sha256:bb"):
-        launch.ensure_image("podman", {"id": "sha256:bb"}, archive)
+        launch.ensure_image(PODMAN, {"id": "sha256:bb"}, archive)
     with pytest.raises(launch.LaunchError, match="image sha256:cc is not in podman's storage on .*, and no archive"):
-        launch.ensure_image("podman", {"id": "sha256:cc"}, None)
+        launch.ensure_image(PODMAN, {"id": "sha256:cc"}, None)
 
 
 # ---------------------------------------------------------------- the GPU lease, in process
@@ -676,10 +680,10 @@ def test_gpu_cells_side_by_side_each_lease_a_gpu_of_their_own_and_a_third_waits(
     import queue
     import threading
     spec = synthetic_spec().replace(accelerator="gpu")
-    with launch.gpu_lease(synthetic_spec(), "host", gpu_host) as none:
+    with launch.gpu_lease(synthetic_spec(), HOST, gpu_host) as none:
         assert none is None                                     # a CPU cell takes no GPU
     def lease():
-        return launch.gpu_lease(spec, "host", gpu_host, poll_s=0.01)
+        return launch.gpu_lease(spec, HOST, gpu_host, poll_s=0.01)
     leases = contextlib.ExitStack()
     first = leases.enter_context(lease())
     with lease() as second:
@@ -700,7 +704,7 @@ def test_gpu_cells_side_by_side_each_lease_a_gpu_of_their_own_and_a_third_waits(
         waiting.join(5)
     with open(tmp_path / "kbench-gpu-GPU-fake-0.lock", "w") as other_run:
         fcntl.flock(other_run, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with launch.gpu_lease(spec, "podman", gpu_host) as gpus:
+        with launch.gpu_lease(spec, PODMAN, gpu_host) as gpus:
             assert gpus == ["1"]                                # podman names it by index (CDI)
 
 
@@ -716,8 +720,9 @@ def test_a_host_gpu_cell_sees_only_the_gpu_it_leased(gpu_host, tmp_path, monkeyp
     monkeypatch.setattr(launch, "_preflight", lambda spec, runtime: None)         # no driver on this host
     monkeypatch.setattr(launch.preflight, "Host", lambda: gpu_host)
     spec = synthetic_spec().replace(accelerator="gpu")
-    with launch.gpu_lease(spec, "host", gpu_host):             # another cell holds GPU-fake-0
-        result = launch.run_cell(spec, "host", record, tmp_path / "cell.json", tmp_path / "cell.log", 30)
+    with launch.gpu_lease(spec, HOST, gpu_host):             # another cell holds GPU-fake-0
+        result = launch.run_cell(spec, "host", record, tmp_path / "cell.json", tmp_path / "cell.log",
+                                 launch.Options(timeout_s=30))
     assert (tmp_path / "seen").read_text() == "GPU-fake-1"
     assert result.provenance["launcher"]["gpus_allocated"] == ["GPU-fake-1"]
     assert result.status == "failed" and result.error["type"] == "NoResult", result.error     # the stand-in writes no record
@@ -840,17 +845,17 @@ def test_an_exported_cuda_visible_devices_narrows_the_lease_and_is_no_allocation
     assert launch.allocated_gpus() is None
     assert [d["uuid"] for d in preflight.visible(preflight.gpus(gpu_host))] == ["GPU-fake-1"]
     spec = synthetic_spec().replace(accelerator="gpu")
-    with launch.gpu_lease(spec, "host", gpu_host, poll_s=0.01) as first:
+    with launch.gpu_lease(spec, HOST, gpu_host, poll_s=0.01) as first:
         assert first == ["GPU-fake-1"]
         got = []
         waiting = threading.Thread(target=lambda: got.append(contextlib.ExitStack().enter_context(
-            launch.gpu_lease(spec, "host", gpu_host, poll_s=0.01))), daemon=True)
+            launch.gpu_lease(spec, HOST, gpu_host, poll_s=0.01))), daemon=True)
         waiting.start()
         waiting.join(0.3)
         assert got == []                        # the one GPU it may use is taken
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-7")
     with pytest.raises(launch.LaunchError, match="CUDA_VISIBLE_DEVICES=GPU-fake-7 names none of the GPUs"):
-        with launch.gpu_lease(spec, "host", gpu_host):
+        with launch.gpu_lease(spec, HOST, gpu_host):
             pass
 
 
@@ -859,7 +864,7 @@ def test_cells_side_by_side_outside_a_scheduler_each_get_their_gpus_share_of_the
     host process as its affinity), so cells side by side never share a core."""
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     spec = synthetic_spec().replace(accelerator="gpu")
-    with launch.gpu_lease(spec, "podman", gpu_host) as first, launch.gpu_lease(spec, "podman", gpu_host) as second:
+    with launch.gpu_lease(spec, PODMAN, gpu_host) as first, launch.gpu_lease(spec, PODMAN, gpu_host) as second:
         assert (first, first.cpus, second, second.cpus) == (["0"], [0, 1], ["1"], [2, 3])
     argv = launch.command("podman", IMAGE, OUT, gpu=True, gpus=second, cpuset=second.cpus)
     assert "--cpuset-cpus=2,3" in argv and argv[argv.index("--device") + 1] == "nvidia.com/gpu=1"
@@ -888,9 +893,9 @@ def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatc
     monkeypatch.setattr(launch, "_preflight", lambda spec, runtime: None)         # no driver on this host
     monkeypatch.setattr(launch.preflight, "Host", lambda: gpu_host)
     spec = synthetic_spec().replace(accelerator="gpu")
-    with launch.gpu_lease(spec, runtime, gpu_host):             # another cell holds GPU-fake-0
+    with launch.gpu_lease(spec, runtimes.resolve(runtime), gpu_host):             # another cell holds GPU-fake-0
         result = launch.run_cell(spec, runtime, tmp_path / "environment.json", tmp_path / "cell.json",
-                                 tmp_path / "cell.log", 30)
+                                 tmp_path / "cell.log", launch.Options(timeout_s=30))
     return json.loads(seen.read_text()), result.provenance["launcher"], (tmp_path / "cell.log").read_text()
 
 
@@ -937,7 +942,8 @@ def test_a_slurm_job_hands_each_runtime_the_gpu_as_it_sees_it(tmp_path, monkeypa
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
     host = preflight.Host(run=lambda argv: rows)
-    with launch.gpu_lease(synthetic_spec().replace(accelerator="gpu"), runtime, host) as lease:
+    spec = synthetic_spec().replace(accelerator="gpu")
+    with launch.gpu_lease(spec, runtimes.resolve(runtime), host) as lease:
         assert lease == handed and lease.cpus is None
 
 
@@ -955,7 +961,8 @@ def test_an_apptainer_cell_gets_a_workdir_on_the_nodes_disk_and_it_goes_with_the
     monkeypatch.setattr(launch.tempfile, "tempdir", None)          # read TMPDIR again
     record = tmp_path / "sif.json"
     record.write_text(json.dumps({"kind": "sif", "sif": "/images/x.sif", "id": "sha256:aa"}))
-    launch.run_cell(synthetic_spec(), "apptainer", record, tmp_path / "cell.json", tmp_path / "cell.log", 30)
+    launch.run_cell(synthetic_spec(), "apptainer", record, tmp_path / "cell.json", tmp_path / "cell.log",
+                    launch.Options(timeout_s=30))
     workdir = Path((tmp_path / "workdir").read_text().strip())
     assert workdir.parent == tmp_path / "scratch" and not workdir.exists()
     assert launch.command("apptainer", IMAGE, OUT)[:7] == ["apptainer", "exec", "--containall", "--cleanenv", "--net",

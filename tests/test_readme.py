@@ -57,7 +57,7 @@ def test_every_repository_file_the_pages_name_exists():
 
 
 def test_every_kbench_module_the_pages_name_is_there():
-    """`kbench.x.y` is a module, or a module and a name it defines (`kbench.run.launch.RUNTIMES`)."""
+    """`kbench.x.y` is a module, or a module and a name it defines (`kbench.runtimes.RUNTIMES`)."""
     wrong = []
     for page, text in PAGES.items():
         for name in set(re.findall(r"(?<![\w/])kbench(?:\.\w+)+(?![\w=])", text)):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbench import files
+from kbench import files, runtimes
 
 # kind -> the field that identifies the environment: an image by its ID (docker loads and SIFs carry the ID of the
 # podman image they came from), a venv by the digest of the lock it was installed from.
@@ -15,19 +15,10 @@ IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256",
             "preinstalled": "packages_sha256"}   # an interpreter the host had: by what it has installed
 
 
-# Where each runtime's environment records live, relative to results_dir (the rules write them, cells depend on
-# them): a venv, an interpreter the host has, the podman image, the same image loaded into docker or built into a SIF.
-PATHS = {"host": "environments/{stack}.{accelerator}.json",
-         "preinstalled": "preinstalled/{stack}.{accelerator}.json",
-         "podman": "images/{stack}.{accelerator}.json",
-         "docker": "images/{stack}.{accelerator}.docker.json",
-         "apptainer": "images/{stack}.{accelerator}.sif.json"}
-
-
 def path(runtime: str, stack: str, accelerator: str) -> str:
-    if runtime not in PATHS:
-        raise ValueError(f"runtime {runtime!r} is not supported; allowed: {', '.join(PATHS)}")
-    return PATHS[runtime].format(stack=stack, accelerator=accelerator)
+    """Where a runtime's environment record of a stack lives, relative to results_dir (the rules write it, cells depend
+    on it): kbench.runtimes.RUNTIMES says, per runtime."""
+    return runtimes.resolve(runtime).record_path(stack, accelerator)
 
 
 def identity(record: dict) -> tuple[str, str | None]:

@@ -229,8 +229,8 @@ class Bench:
         path = folder / "cells" / f"{self.spec.cell_id}.r{repeat}.json"
         result = launch.run_cell(self.spec, self.runtime, folder / "environment.json", path,
                                  folder / "logs" / f"{self.spec.cell_id}.r{repeat}.log",
-                                 timeout_s=self.config["cell_timeout_minutes"] * 60, repeat=repeat,
-                                 memory_mb=limits.get("memory_mb"), cpus=limits.get("cpus"))
+                                 launch.Options(timeout_s=self.config["cell_timeout_minutes"] * 60, repeat=repeat,
+                                                memory_mb=limits.get("memory_mb"), cpus=limits.get("cpus")))
         step.records.append(str(path))
         if result.mean_ms is None:
             step.status = result.text()         # failed: <type>, or unsupported: <why>

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from kbench import precision, records
-from kbench.spec import CellSpec
+from kbench import precision, runtimes
 from kbench.models import family
+from kbench.spec import CellSpec
 from kbench.host import REPO
 
 TASKS = ("fit", "predict", "generate")
@@ -49,9 +49,9 @@ def _require(name, known, key: str) -> None:
 
 
 def check_references(config: dict, repo: Path = REPO) -> None:
-    if config["runtime"] not in ("auto", *records.PATHS):
+    if config["runtime"] not in ("auto", *runtimes.RUNTIMES):
         raise ConfigError(f"config key runtime: {config['runtime']!r} is not allowed; allowed: "
-                          f"{', '.join(('auto', *records.PATHS))}")
+                          f"{', '.join(('auto', *runtimes.RUNTIMES))}")
     suites, frameworks, models = config["suites"], config["framework_defs"], config["model_defs"]
     _require(config["suite"], suites, "suite")
     size = suites[config["suite"]]["size"]

@@ -1,5 +1,5 @@
-"""The one place that knows how a cell process starts: host venv, preinstalled interpreter, podman, docker or
-apptainer, and that it ends.
+"""The one place that starts a cell process and sees it end, in a runtime of kbench.runtimes (host venv, preinstalled
+interpreter, podman, docker or apptainer: its command line and environment are the runtime's, resolved once a cell).
 
 run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
 log, and guarantees a result JSON whatever happens: a process that crashes, is killed, runs out of memory or time,
@@ -31,25 +31,15 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
-from kbench import cell, host, records
+from kbench import cell, host, records, runtimes
 from kbench.gpu import preflight
+from kbench.runtimes import Options, Runtime
 
 REPO = host.REPO
-SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
-OUT_IN_IMAGE = "/kbench/out"
-IN_IMAGE = "/kbench/in"
 RESULT_NAME = "result.json"
-# The host runtime's cell gets these of the driver's environment and nothing else (the spec adds its own): a stray
-# XLA_FLAGS or OMP_NUM_THREADS in the shell that started Snakemake must not change a measurement unrecorded.
-HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
-            "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-            # where the driver's libraries and the CUDA toolkit are (a Kubernetes node's /usr/local/nvidia, an HPC
-            # `module load`): without them torch and JAX find no GPU and Triton no libcuda. The cell records them.
-            "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH")
 STOP_GRACE_S = 10
 
 
@@ -57,136 +47,18 @@ class LaunchError(Exception):
     """The cell process could not be started or supervised."""
 
 
-# ---------------------------------------------------------------- runtimes: one entry each
+# ---------------------------------------------------------------- by a runtime's name (kbench.runtimes)
 
-@dataclass(frozen=True)
-class Options:
-    """What a cell's argv depends on besides its runtime and environment."""
-    name: str = "kbench-cell"                   # the container's name (removed by it)
-    gpus: list[str] | None = None               # GPU indices or UUIDs of the allocation; None: every GPU
-    memory_mb: int | None = None                # container limits
-    cpus: float | None = None
-    cpuset: list[int] | None = None
-    remove: bool = True                         # --rm (the launcher removes its cells itself, after reading OOM)
-    files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
-    workdir: Path | None = None                 # apptainer: where the container's /tmp and $HOME live
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """How one runtime starts a cell process: the argv before `python -m <module> --out OUT` (the payload comes on
-    stdin), the flags that hand it GPUs (every GPU, or those of an allocation), whether the cell is a named container
-    (killed and removed by name, its OOM state readable). Where its environment record lives: kbench.records.PATHS."""
-    prefix: Callable[[dict, Path, Options], list[str]]
-    image: Callable[[dict], str] | None = None   # the image it starts (None: a process in the environment itself)
-    gpu_flags: Callable[[list[str] | None], list[str]] = lambda gpus: []   # CUDA_VISIBLE_DEVICES where none
-    container: bool = False
-    # how it names one GPU: by UUID (CUDA_VISIBLE_DEVICES and docker take it, and it does not depend on CUDA's
-    # device order); podman by the CDI device name, which `nvidia-ctk cdi generate` makes from NVML's index
-    gpu_name: Callable[[dict], str] = lambda device: device["uuid"]
-    lock_mode: str = "fail"          # a drift from the stack's lock fails the cell, or is recorded ("record")
-
-
-def _process(interpreter: Callable[[dict], str]):
-    return lambda environment, out, options: [interpreter(environment)]
-
-
-def _container_run(binary: str):
-    """podman/docker run: --init (the cell is not PID 1, which the kernel shields from signals it has no handler for,
-    and a small init forwards signals and reaps children), named, labelled with its staging folder (`podman ps
-    --filter label=kbench.out` finds a run's containers), offline, the scripts read-only and the staging folder the
-    only writable mount, limits, the host's ulimits."""
-    def prefix(environment: dict, out: Path, o: Options) -> list[str]:
-        argv = [binary, "run", *(["--rm"] if o.remove else []), "-i", "--init", "--name", o.name, "--network", "none",
-                f"--label=kbench.out={out.parent.resolve()}"]
-        argv += [f"--volume={src}:{dst}:{mode}" for src, dst, mode in _mounts(out, o.files)]
-        argv += [f"--memory={o.memory_mb}m"] if o.memory_mb else []
-        argv += [f"--cpus={o.cpus}"] if o.cpus else []
-        argv += [f"--cpuset-cpus={','.join(map(str, o.cpuset))}"] if o.cpuset else []
-        return argv + host.ulimit_args()
-    return prefix
-
-
-def _apptainer(environment: dict, out: Path, o: Options) -> list[str]:
-    """--containall alone gives /tmp and $HOME a size-limited tmpfs in the session, where Inductor's and Triton's
-    caches for a compiled cell can run out of space: --workdir puts them in a folder of the launcher's on the node."""
-    return ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
-            *(["--workdir", str(o.workdir)] if o.workdir else []),
-            "--bind", ",".join(f"{src}:{dst}:{mode}" for src, dst, mode in _mounts(out, o.files)),
-            "--env", f"PYTHONPATH={SCRIPTS_IN_IMAGE}"]
-
-
-def _mounts(out: Path, files: dict | None = None) -> list[tuple[Path, str, str]]:
-    return [(REPO / "scripts", SCRIPTS_IN_IMAGE, "ro"), (out.parent.resolve(), OUT_IN_IMAGE, "rw"),
-            *((Path(path).resolve(), f"{IN_IMAGE}/{name}", "ro") for name, path in (files or {}).items())]
-
-
-def files_as_seen(runtime: str, files: dict | None) -> dict:
-    """Where the process finds each file it reads: its own path on the host, the mount point in an image."""
-    if runtime_of(runtime).image is None:
-        return {name: str(Path(path).resolve()) for name, path in (files or {}).items()}
-    return {name: f"{IN_IMAGE}/{name}" for name in (files or {})}
-
-
-_ID = lambda environment: environment["id"]          # noqa: E731  (images are started by ID, never by tag)
-RUNTIMES = {
-    "host": Runtime(_process(lambda environment: str(Path(environment["prefix"]) / "bin" / "python"))),
-    # an interpreter the host already has (an HPC module, a vendor image)
-    # its versions are what they are: recorded against the lock
-    "preinstalled": Runtime(_process(lambda environment: environment["python"]), lock_mode="record"),
-    "podman": Runtime(_container_run("podman"), _ID, container=True,
-                      # CDI: one device name per allocated GPU
-                      gpu_flags=lambda gpus: [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}")],
-                      gpu_name=lambda device: device["index"]),
-    "docker": Runtime(_container_run("docker"), _ID, container=True,
-                      gpu_flags=lambda gpus: ["--gpus", f"device={','.join(gpus)}" if gpus else "all"]),
-    "apptainer": Runtime(_apptainer, lambda environment: environment["sif"],
-                         gpu_flags=lambda gpus: ["--nv"] + (["--env", f"CUDA_VISIBLE_DEVICES={','.join(gpus)}"]
-                                                            if gpus else [])),
-}
-assert set(RUNTIMES) == set(records.PATHS), "every runtime has a place for its environment records"
-
-
-def runtime_of(name: str) -> Runtime:
-    if name not in RUNTIMES:
-        raise ValueError(f"runtime {name!r} is not supported; allowed: {', '.join(RUNTIMES)}")
-    return RUNTIMES[name]
-
-
-def command(runtime: str, environment: dict, out: Path, gpu: bool = False, module: str = "kbench.run.runner",
-            **options) -> list[str]:
+def command(runtime: str, environment: dict, out: Path, gpu: bool = False, **options) -> list[str]:
     """argv that runs `python -m module --out OUT` (kbench.run.runner for a cell) inside `environment` (a record of
-    kbench.stacks.envs or kbench.stacks.images), the payload on its stdin. options: kbench.run.launch.Options (the container's name,
-    the allocation's GPUs, limits)."""
-    entry, o = runtime_of(runtime), Options(**options)
-    argv = entry.prefix(environment, out, o)
-    if entry.image:                                 # inside an image: its python, the staging folder mounted
-        argv += entry.gpu_flags(o.gpus) if gpu else []
-        return argv + [entry.image(environment), "python", "-m", module, "--out", f"{OUT_IN_IMAGE}/{out.name}"]
-    return argv + ["-m", module, "--out", str(out)]
+    kbench.stacks.envs or kbench.stacks.images), the payload on its stdin. options: kbench.runtimes.Options (what
+    runs, the container's name, the allocation's GPUs, limits)."""
+    return runtimes.resolve(runtime).command(environment, out, Options(**options), gpu)
 
 
 def process_env(runtime: str, environment: dict | None = None, gpus: list[str] | None = None) -> dict[str, str]:
-    """The environment of the process the launcher starts: the container client's (the cell inside gets only the
-    image's and the spec's), or on the host an allow-list, the scripts on the path, the lock to check and the GPUs
-    of its allocation (gpus: CUDA_VISIBLE_DEVICES; a container gets them as the runtime's GPU flags)."""
-    entry = runtime_of(runtime)
-    if entry.image is not None:
-        return host.client_env(runtime)
-    env = {k: v for k, v in os.environ.items() if k in HOST_ENV}
-    # the repo's scripts first; a preinstalled interpreter keeps the PYTHONPATH its packages come from (a module's)
-    inherited = os.environ.get("PYTHONPATH") if runtime == "preinstalled" else None
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "scripts"), *([inherited] if inherited else [])])
-    if environment and environment.get("lock"):
-        env["KBENCH_LOCK"] = str((REPO / environment["lock"]).resolve())   # images set their own
-    env["KBENCH_LOCK_MODE"] = entry.lock_mode
-    if environment and environment.get("library_path"):      # a venv's own libraries first (kbench.stacks.envs)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join([environment["library_path"],
-                                                  *([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else [])])
-    if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    """The environment of the process the launcher starts in `runtime` (kbench.runtimes.Runtime.process_env)."""
+    return runtimes.resolve(runtime).process_env(environment, gpus)
 
 
 def allocated_gpus() -> list[str] | None:
@@ -201,19 +73,18 @@ def allocated_gpus() -> list[str] | None:
     return None
 
 
-def allocation_names(runtime: str, allocated: list[str], host: preflight.Host | None = None) -> list[str]:
+def allocation_names(runtime: Runtime, allocated: list[str], host: preflight.Host | None = None) -> list[str]:
     """SLURM's GPUs as the runtime takes them. A container starts outside the job's cgroup and sees the node's numbers
     (podman's CDI names, docker by UUID); a process in the job (host, preinstalled, apptainer) sees its GPUs
     renumbered from 0 where the cluster constrains devices, so it gets their UUIDs (the same on every view), and where
     nvidia-smi here cannot name them (a renumbered view), the CUDA_VISIBLE_DEVICES SLURM set for the job."""
-    entry = runtime_of(runtime)
     try:
         by_index = {d["index"]: d for d in preflight.gpus(host or preflight.Host())}
     except (OSError, subprocess.SubprocessError):
         by_index = {}
     if all(index in by_index for index in allocated):
-        return [entry.gpu_name(by_index[index]) for index in allocated]
-    if entry.container:
+        return [runtime.gpu_name(by_index[index]) for index in allocated]
+    if runtime.client:
         return allocated
     slurm_set = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     return [d.strip() for d in slurm_set.split(",") if d.strip()] if slurm_set else allocated
@@ -249,39 +120,40 @@ def payload(spec) -> dict:
 
 
 def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
-             timeout_s: float | None = None, repeat: int = 1, memory_mb: int | None = None,
-             cpus: float | None = None, image_archive: str | Path | None = None, module: str = "kbench.run.runner",
-             files: dict | None = None) -> cell.CellResult:
-    """image_archive: where a node whose container storage lacks the image loads it from (a cluster node); module:
-    what the process runs (kbench.run.runner for a cell, kbench.equivalence.check for an equivalence job); files: name -> path
-    of files it reads (mounted read-only into a container)."""
+             options: Options = Options()) -> cell.CellResult:
+    """Run one cell (or another job: options.module, e.g. kbench.equivalence.check) in `runtime` (a name of
+    kbench.runtimes.RUNTIMES), its environment read from `environment_record`, its result written to `out` whatever
+    happens. options: what runs, the timeout, the repeat, the container's limits, the image archive a node whose
+    container storage lacks the image loads it from (a cluster node), the files it reads (mounted read-only into a
+    container); the process's name, GPUs, CPUs and scratch folder are set here."""
     spec = payload(spec)
     out, log = Path(out), Path(log)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
-    context = {"runtime": runtime, "git_commit": host.git_commit(), "repeat": repeat,
+    context = {"runtime": runtime, "git_commit": host.git_commit(), "repeat": options.repeat,
                "launcher": {"node": socket.gethostname(), "gpus_allocated": allocated_gpus(),
                             "cpus_allocated": allocated_cpus(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
     with _exclusive(out):
         try:
             context["environment"] = environment = records.read(environment_record)
-            ensure_image(runtime, environment, image_archive)
-            failure = _preflight(spec, runtime)
+            resolved = runtimes.resolve(runtime)
+            ensure_image(resolved, environment, options.image_archive)
+            failure = _preflight(spec, resolved)
             if not failure:
-                with gpu_lease(spec, runtime) as lease:
-                    gpus = lease.gpus if lease else None
+                with gpu_lease(spec, resolved) as lease:
                     if lease:        # a CPU cell keeps the scheduler's allocation as the record of its job
                         context["launcher"].update(gpus_allocated=lease.gpus,
                                                    cpus_allocated=lease.cpus or context["launcher"]["cpus_allocated"])
-                    failure = _supervise(spec, runtime, environment, context, out, log, timeout_s, memory_mb, cpus,
-                                         gpus, module, files, cpuset=lease.cpus if lease else None)
+                    failure = _supervise(spec, resolved, environment, context, out, log,
+                                         replace(options, gpus=lease.gpus if lease else None,
+                                                 cpuset=lease.cpus if lease else None))
         except (LaunchError, OSError, ValueError, KeyError) as error:
             failure = cell.error_info("LaunchError", f"the cell process could not be started: "
                                                      f"{type(error).__name__}: {error}")
         if failure or not out.exists():
             failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
             failure["detail"] = log.read_text()[-4000:] if log.exists() else ""
-            cell.new_result(spec, context, "failed", failure, repeat).write(out)
+            cell.new_result(spec, context, "failed", failure, options.repeat).write(out)
         _keep_attempt(out, log)
     return cell.read(out)
 
@@ -302,12 +174,12 @@ class Lease(list):
 
 
 @contextlib.contextmanager
-def gpu_lease(spec, runtime: str, host: preflight.Host | None = None, poll_s: float = 0.5):
+def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s: float = 0.5):
     """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM); else one GPU of this host to
     itself, the first free one among those it may use (an exported CUDA_VISIBLE_DEVICES narrows them), under a
     host-wide lock per GPU (by UUID), waiting while every one is taken, with that GPU's share of the CPUs. So cells
     side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no cell sees
-    every GPU. Yields a Lease (the names the runtime takes: RUNTIMES gpu_name), None for a CPU cell."""
+    every GPU. Yields a Lease (the names the runtime takes: Runtime.gpu_name), None for a CPU cell."""
     spec = payload(spec)
     if not preflight.is_gpu(spec["accelerator"]):
         yield None
@@ -333,7 +205,7 @@ def gpu_lease(spec, runtime: str, host: preflight.Host | None = None, poll_s: fl
                 handle.close()
                 continue
             try:
-                yield Lease([runtime_of(runtime).gpu_name(device)], cpu_share(position, len(devices)))
+                yield Lease([runtime.gpu_name(device)], cpu_share(position, len(devices)))
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
                 handle.close()
@@ -341,31 +213,32 @@ def gpu_lease(spec, runtime: str, host: preflight.Host | None = None, poll_s: fl
         time.sleep(poll_s)
 
 
-def has_image(runtime: str, image_id: str) -> bool:
-    probe = ["podman", "image", "exists", image_id] if runtime == "podman" else ["docker", "image", "inspect", image_id]
-    return subprocess.run(probe, capture_output=True, env=process_env(runtime)).returncode == 0
+def has_image(runtime: Runtime, image_id: str) -> bool:
+    return subprocess.run([runtime.client, *runtime.image_probe, image_id], capture_output=True,
+                          env=runtime.process_env()).returncode == 0
 
 
-def ensure_image(runtime: str, environment: dict, archive: str | Path | None) -> None:
+def ensure_image(runtime: Runtime, environment: dict, archive: str | Path | None) -> None:
     """A node whose container storage lacks the cell's image (a cluster node: images are built on the submit host)
     loads it from the archive the submit host wrote, once per node (a node-local lock), and must then hold exactly
     the recorded image ID."""
-    if runtime not in ("podman", "docker"):
+    client = runtime.client
+    if client is None:
         return
-    if not shutil.which(runtime):
-        raise LaunchError(f"`{runtime}` is not on PATH (runtime {runtime})")
+    if not shutil.which(client):
+        raise LaunchError(f"`{client}` is not on PATH (runtime {runtime.name})")
     if has_image(runtime, environment["id"]):
         return
     node = socket.gethostname()
     if not archive:
-        raise LaunchError(f"image {environment['id']} is not in {runtime}'s storage on {node}, and no archive to "
+        raise LaunchError(f"image {environment['id']} is not in {client}'s storage on {node}, and no archive to "
                           "load it from (config ship_images: true ships images to the nodes)")
-    with host.file_lock(Path(f"/tmp/kbench-image-load-{runtime}.lock")):
+    with host.file_lock(Path(f"/tmp/kbench-image-load-{runtime.name}.lock")):
         if not has_image(runtime, environment["id"]):
-            loaded = subprocess.run([runtime, "load", "--quiet", "--input", str(archive)], capture_output=True,
-                                    text=True, env=process_env(runtime))
+            loaded = subprocess.run([client, "load", "--quiet", "--input", str(archive)], capture_output=True,
+                                    text=True, env=runtime.process_env())
             if loaded.returncode != 0:
-                raise LaunchError(f"{runtime} load of {archive} on {node} failed: {loaded.stderr.strip()[-500:]}")
+                raise LaunchError(f"{client} load of {archive} on {node} failed: {loaded.stderr.strip()[-500:]}")
         if not has_image(runtime, environment["id"]):
             raise LaunchError(f"{archive} loaded on {node} does not hold the recorded image {environment['id']}")
 
@@ -387,7 +260,7 @@ def _keep_attempt(out: Path, log: Path) -> None:
             shutil.copy2(path, kept)
 
 
-def _preflight(spec: dict, runtime: str) -> dict | None:
+def _preflight(spec: dict, runtime: Runtime) -> dict | None:
     """This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them."""
     if not preflight.is_gpu(spec["accelerator"]):
         return None
@@ -395,35 +268,32 @@ def _preflight(spec: dict, runtime: str) -> dict | None:
         # Without an allocation the container would get every GPU of the node, shared with other jobs' cells.
         raise LaunchError(f"SLURM job {os.environ['SLURM_JOB_ID']} has no GPU allocated; a GPU cell needs one "
                           "(profiles/slurm: set-resources cell: gpu: 1)")
-    problems = preflight.problems(runtime, spec["accelerator"], [spec["framework_def"]["stack"]])
+    problems = preflight.problems(runtime.name, spec["accelerator"], [spec["framework_def"]["stack"]])
     return cell.error_info("PreflightFailed", "; ".join(problems)) if problems else None
 
 
-def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: Path, log: Path,
-               timeout_s: float | None, memory_mb: int | None, cpus: float | None,
-               gpus: list[str] | None, module: str = "kbench.run.runner", files: dict | None = None,
-               cpuset: list[int] | None = None) -> dict | None:
+def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, out: Path, log: Path,
+               options: Options) -> dict | None:
     """Start the cell, wait for it (killing it whole on timeout, on SIGTERM/SIGINT, or when the driver dies), move
     its result out of its staging folder; the failure (decoded) or None."""
     name = f"kbench-{uuid.uuid4().hex[:12]}"
     staging = out.parent.resolve() / f".staging-{name}"     # absolute: the cell runs in the repo folder
     staging.mkdir()
-    container = runtime_of(runtime).container
-    cpuset = cpuset or allocated_cpus()
+    container = runtime.client is not None
+    cpuset = options.cpuset or allocated_cpus()
     # apptainer's scratch on the node's own disk (TMPDIR: a SLURM job's local scratch where the cluster sets one)
-    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-work-")) if runtime == "apptainer" else None
-    argv = command(runtime, environment, staging / RESULT_NAME, gpu=preflight.is_gpu(spec["accelerator"]), name=name,
-                   module=module, gpus=gpus, memory_mb=memory_mb, cpus=cpus, cpuset=cpuset,
-                   remove=not container, files=files, workdir=workdir)
+    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-work-")) if runtime.workdir else None
+    options = replace(options, name=name, cpuset=cpuset, remove=not container, workdir=workdir)
+    argv = runtime.command(environment, staging / RESULT_NAME, options, gpu=preflight.is_gpu(spec["accelerator"]))
     if not shutil.which(argv[0]):
-        raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime})")
+        raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime.name})")
     stop = _Stop(runtime, name if container else None)
     try:
         with open(log, "w") as log_file, stop.on_signals():
             log_file.write(f"$ {' '.join(argv)}\n")
             log_file.flush()
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, text=True,
-                                    env=process_env(runtime, environment, gpus),
+                                    env=runtime.process_env(environment, options.gpus),
                                     # a container's conmon writes a file named "oom" into its working folder when
                                     # the kernel OOM-kills the cell: the cell's own staging folder, not the repo
                                     cwd=staging if container else REPO, start_new_session=True,
@@ -433,13 +303,14 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
             stop.process = proc
             watchdog = _Watchdog(stop)
             watchdog.start()
-            proc.stdin.write(json.dumps({"spec": spec, "context": context, "files": files_as_seen(runtime, files)}))
+            proc.stdin.write(json.dumps({"spec": spec, "context": context,
+                                         "files": runtime.files_as_seen(options.files)}))
             proc.stdin.close()
             try:
-                returncode = proc.wait(timeout=timeout_s)
+                returncode = proc.wait(timeout=options.timeout_s)
             except subprocess.TimeoutExpired:
                 stop.kill()
-                return cell.error_info("Timeout", f"cell process exceeded {timeout_s:.0f} s; its process group"
+                return cell.error_info("Timeout", f"cell process exceeded {options.timeout_s:.0f} s; its process group"
                                                   + (" and container were" if container else " was") + " killed")
             finally:
                 watchdog.leave_if_abandoned()
@@ -448,7 +319,7 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
             os.replace(made, out.with_suffix(made.suffix))
         if oom:
             return cell.error_info("OutOfMemory", "the kernel killed the cell for memory (container OOMKilled)")
-        return None if returncode == 0 else exit_failure(returncode, memory_mb if container else None)
+        return None if returncode == 0 else exit_failure(returncode, options.memory_mb if container else None)
     finally:
         stop.kill()                 # whatever is left of the group, and the container
         shutil.rmtree(staging, ignore_errors=True)
@@ -459,7 +330,7 @@ def _supervise(spec: dict, runtime: str, environment: dict, context: dict, out: 
 class _Stop:
     """Everything that ends a cell: its process group, and its container by name."""
 
-    def __init__(self, runtime: str, container: str | None):
+    def __init__(self, runtime: Runtime, container: str | None):
         self.runtime, self.container, self.process = runtime, container, None
 
     def kill(self) -> None:
@@ -476,14 +347,14 @@ class _Stop:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
         if self.container:
-            subprocess.run([self.runtime, "rm", "--force", "--time", "2", self.container], capture_output=True,
-                           env=process_env(self.runtime))
+            subprocess.run([self.runtime.client, "rm", "--force", "--time", "2", self.container],
+                           capture_output=True, env=self.runtime.process_env())
 
     def oom_killed(self) -> bool:
         if not self.container:
             return False
-        state = subprocess.run([self.runtime, "inspect", "--format", "{{.State.OOMKilled}}", self.container],
-                               capture_output=True, text=True, env=process_env(self.runtime))
+        state = subprocess.run([self.runtime.client, "inspect", "--format", "{{.State.OOMKilled}}", self.container],
+                               capture_output=True, text=True, env=self.runtime.process_env())
         return state.stdout.strip() == "true"
 
     @contextlib.contextmanager

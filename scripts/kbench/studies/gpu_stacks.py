@@ -106,7 +106,7 @@ def tiny_cells(stack: str, record: Path, out: Path) -> dict[str, str]:
         spec = matrix.spec(config, "tiny", model, "predict", 2, "float32", framework)
         spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=2, blocks=2))
         result = launch.run_cell(spec, "podman", record, out / f"{framework}.json", out / f"{framework}.log",
-                                 timeout_s=900)
+                                 launch.Options(timeout_s=900))
         found[framework] = result.status if result.status == "ok" else f"{result.status}: {result.text()}"
     return found
 

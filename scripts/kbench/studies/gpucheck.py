@@ -14,10 +14,8 @@ plumbing without any framework.
 """
 from __future__ import annotations
 
-
 import argparse
 import copy
-import dataclasses
 import errno
 import json
 import subprocess
@@ -194,7 +192,7 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
             continue
         spec = matrix.spec(config, "smoke", model, task, batch, precision_name, framework, "strict")
         if timed:
-            spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=timed, blocks=min(spec.steps.blocks, timed)))
+            spec.steps = {**spec.steps, "timed": timed, "blocks": min(spec.steps.blocks, timed)}
         stack = definition["stack"]
         record = records_dir / f"{stack}.{config['accelerator']}.json"
         if not record.exists():
@@ -202,7 +200,7 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
                                      python, record)
         target = out / "cells" / f"{spec.cell_id}.r1.json"
         result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec.cell_id}.r1.log",
-                                 timeout_s=remaining - 5)
+                                 launch.Options(timeout_s=remaining - 5))
         rows.append({**row, **summary(result)})
     return rows
 
