@@ -11,6 +11,7 @@ Target: ratio <= 1.02.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -31,27 +32,28 @@ def host(args) -> int:
     config["accelerator"] = "cpu"       # the cpu venv; a gpu spec would carry JAX_PLATFORMS=cuda and the GPU checks
     precision = config["model_defs"][args.model]["precisions"][0]
     spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, args.framework, "strict")
-    spec["steps"] = {"warmup": 1, "timed": args.steps}
+    spec = spec.replace(steps=dataclasses.replace(spec.steps, warmup=1, timed=args.steps))
     stack = matrix.stack_of(config, args.framework)
     python = REPO / ".envs" / f"{stack}.cpu" / "bin" / "python"
     if not python.exists():
         sys.exit(f"{python} is missing: run the tiny suite once (README.md) so the {stack} environment exists")
-    payload = json.dumps({"spec": spec, "repeats": args.repeats})
+    payload = json.dumps({"spec": spec.to_dict(), "repeats": args.repeats})
     return subprocess.run([str(python), __file__, "--in-env"], input=payload, text=True,
                           env=launch.process_env("host")).returncode
 
 
 def in_env() -> int:
     payload = json.load(sys.stdin)
-    spec, repeats = payload["spec"], payload["repeats"]
+    from kbench.spec import CellSpec
+    spec, repeats = CellSpec.from_dict(payload["spec"]), payload["repeats"]
     import os
-    os.environ.update(spec["env"])
+    os.environ.update(spec.env)
     from kbench import adapters, timing
 
-    adapter = adapters.load(spec["framework_def"]["adapter"])
+    adapter = adapters.load(spec.adapter)
     backend = adapter.backend()
     workload = adapters.build(adapter, spec)
-    steps = spec["steps"]["timed"]
+    steps = spec.steps.timed
 
     def bare_loop_ms() -> float:
         out = workload.step()             # its own warm-up call, like the runner's excluded first step
@@ -74,7 +76,7 @@ def in_env() -> int:
             runner_ms.append(runner_loop_ms())
             bare_ms.append(bare_loop_ms())
     ratios = [r / b for r, b in zip(runner_ms, bare_ms)]
-    print(f"cell: {spec['cell_id']}  steps/repeat: {steps}  repeats: {repeats}")
+    print(f"cell: {spec.cell_id}  steps/repeat: {steps}  repeats: {repeats}")
     print(f"runner ms/step (median of repeats): {statistics.median(runner_ms):.3f}   all: "
           + " ".join(f"{x:.3f}" for x in runner_ms))
     print(f"bare   ms/step (median of repeats): {statistics.median(bare_ms):.3f}   all: "

@@ -39,10 +39,10 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     out = results / "census" / size / f"{framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = launch.command(runtime, environment, out, module="kbench.studies.census", name=f"kbench-census-{framework}")
-    subprocess.run(argv, input=json.dumps(specs), text=True, check=True, env=launch.process_env(runtime, environment),
-                   cwd=REPO, stdout=subprocess.DEVNULL)
-    by_id = {spec["cell_id"]: spec for spec in specs}
-    return [{**{k: by_id[c["cell_id"]][k] for k in ("model", "task", "precision", "framework")}, "batch_size": 1,
+    subprocess.run(argv, input=json.dumps([s.to_dict() for s in specs]), text=True, check=True,
+                   env=launch.process_env(runtime, environment), cwd=REPO, stdout=subprocess.DEVNULL)
+    by_id = {spec.cell_id: spec for spec in specs}
+    return [{**{k: getattr(by_id[c["cell_id"]], k) for k in ("model", "task", "precision", "framework")}, "batch_size": 1,
              "params_total": c.get("total"), "params_trainable": c.get("trainable"), "error": c.get("error")}
             for c in files.read_json(out)["counts"]]
 

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from kbench.spec import CellSpec
 from kbench import files
 
 
@@ -32,8 +33,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     out = parser.parse_args(argv).out
-    specs = json.load(sys.stdin)
-    framework_def, env = specs[0]["framework_def"], specs[0]["env"]
+    specs = [CellSpec.from_dict(s) for s in json.load(sys.stdin)]
+    framework_def, env = specs[0].framework_def, specs[0].env
     os.environ.update(env)     # before the framework is imported
     from kbench import adapters
     adapter = adapters.load(framework_def["adapter"])

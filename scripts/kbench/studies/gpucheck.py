@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import errno
 import json
 import subprocess
@@ -192,7 +193,7 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
             continue
         spec = matrix.spec(config, "smoke", model, task, batch, precision_name, framework, "strict")
         if timed:
-            spec.steps = {**spec.steps, "timed": timed, "blocks": min(spec.steps.blocks, timed)}
+            spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=timed, blocks=min(spec.steps.blocks, timed)))
         stack = definition["stack"]
         record = records_dir / f"{stack}.{config['accelerator']}.json"
         if not record.exists():
@@ -210,7 +211,7 @@ def summary(result: cell.CellResult) -> dict:
     row = result.row()
     if result.status != "ok":
         return {"status": result.text(), "device": row["gpu_name"] or row["device"]}
-    spec = result.spec
+    spec = result.cell_spec
     seconds = result.timing["mean_ms"] / 1e3
     classes = peaks.arithmetic(row["compute_dtype"], row["probe_class"], row["precision_switches"],
                                {"NVIDIA_TF32_OVERRIDE": row["tf32_override"]})
