@@ -26,7 +26,7 @@ from kbench import host
 from kbench.host import REPO
 from kbench.plan import matrix
 from kbench.run import launch
-from kbench.stacks import images, lockcheck
+from kbench.stacks import images, lock_path, lockcheck, locks as stack_locks
 
 ACCELERATORS = ("gpu", "gpu-cuda12")
 # distribution -> the module a cell imports
@@ -72,11 +72,10 @@ print("GPUSTACK " + json.dumps(found))
 
 
 def locks(selected: list[str]) -> list[tuple[str, str]]:
-    found = sorted((p.name.split(".")[0], p.name.split(".")[1]) for p in (REPO / "envs").glob("*.lock")
-                   if p.name.split(".")[1] in ACCELERATORS)
+    found = [(stack, accelerator) for stack, accelerator in stack_locks(REPO) if accelerator in ACCELERATORS]
     unknown = sorted(set(selected) - {f"{s}.{a}" for s, a in found})
     if unknown:
-        raise SystemExit(f"check-gpu-stacks: {unknown[0]}: no envs/{unknown[0]}.lock; allowed: "
+        raise SystemExit(f"check-gpu-stacks: {unknown[0]}: no such GPU lock in envs/; allowed: "
                          + ", ".join(f"{s}.{a}" for s, a in found))
     return [(s, a) for s, a in found if not selected or f"{s}.{a}" in selected]
 
@@ -112,7 +111,7 @@ def tiny_cells(stack: str, record: Path, out: Path) -> dict[str, str]:
 
 def check(stack: str, accelerator: str, base: Path, out: Path, keep: bool) -> dict:
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    lock = REPO / "envs" / f"{stack}.{accelerator}.lock"
+    lock = lock_path(stack, accelerator, REPO)
     row = {"lock": f"{stack}.{accelerator}"}
     started = time.monotonic()
     try:

@@ -31,7 +31,7 @@ from kbench.gpu import peaks, preflight
 from kbench.plan import matrix
 from kbench.results import flops
 from kbench.run import launch
-from kbench.stacks import envs
+from kbench.stacks import envs, lock_path
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "diffusers", "segment_anything", "keras", "keras_hub",
             "keras_cv", "keras_nlp", "jax", "tensorflow", "tf_keras", "numpy", "yaml", "pynvml")
@@ -196,7 +196,7 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
         stack = definition["stack"]
         record = records_dir / f"{stack}.{config['accelerator']}.json"
         if not record.exists():
-            envs.record_preinstalled(stack, config["accelerator"], REPO / "envs" / f"{stack}.{config['accelerator']}.lock",
+            envs.record_preinstalled(stack, config["accelerator"], lock_path(stack, config["accelerator"], REPO),
                                      python, record)
         target = out / "cells" / f"{spec['cell_id']}.r1.json"
         result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec['cell_id']}.r1.log",
