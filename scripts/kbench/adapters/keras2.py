@@ -14,7 +14,7 @@ from kbench.models import constructors
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 from kbench.adapters import _inputs as data
 
-_PACKAGES = ("tensorflow", "tf-keras", "keras-nlp", "keras-cv")
+from kbench.adapters._packages import KERAS2 as _PACKAGES
 
 
 def backend() -> Backend:

@@ -11,7 +11,7 @@ from kbench.models import constructors
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 from kbench.adapters import _inputs as data
 
-_PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "torch")
+from kbench.adapters._packages import KERAS3 as _PACKAGES
 
 
 def backend() -> Backend:

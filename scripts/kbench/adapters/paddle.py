@@ -32,7 +32,7 @@ from kbench.models import constructors  # noqa: E402
 from kbench.adapters import Backend, NotSupported, Workload, _hooks, backward_and_step, for_tasks  # noqa: E402
 from kbench.adapters import _inputs as data  # noqa: E402
 
-_PACKAGES = ("paddlepaddle", "paddlepaddle-gpu", "paddlenlp", "ppdiffusers")
+from kbench.adapters._packages import PADDLE as _PACKAGES  # noqa: E402
 
 
 def backend() -> Backend:

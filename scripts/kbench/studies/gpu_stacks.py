@@ -23,18 +23,13 @@ from pathlib import Path
 import yaml
 
 from kbench import host
+from kbench.adapters import _packages
 from kbench.host import REPO
 from kbench.plan import matrix
 from kbench.run import launch
 from kbench.stacks import images, lock_path, lockcheck, locks as stack_locks
 
 ACCELERATORS = ("gpu", "gpu-cuda12")
-# distribution -> the module a cell imports
-FRAMEWORKS = {"torch": "torch", "jax": "jax", "jaxlib": "jaxlib", "tensorflow": "tensorflow", "keras": "keras",
-              "keras-hub": "keras_hub", "keras-nlp": "keras_nlp", "keras-cv": "keras_cv", "tf-keras": "tf_keras",
-              "transformers": "transformers", "diffusers": "diffusers", "peft": "peft",
-              "segment-anything": "segment_anything", "paddlepaddle-gpu": "paddle", "paddlenlp": "paddlenlp",
-              "ppdiffusers": "ppdiffusers", "numpy": "numpy"}
 DRIVER = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so")
 # Run inside the image: imports, the wheels' CUDA libraries loaded, the frameworks' extension modules' links.
 INSIDE = r"""
@@ -121,7 +116,7 @@ def check(stack: str, accelerator: str, base: Path, out: Path, keep: bool) -> di
         return {**row, "built": f"failed: {error}"[:300]}
     row.update(built="ok", build_s=round(time.monotonic() - started), size_gb=round(info["size_bytes"] / 1e9, 2))
     pins = lockcheck.pinned(lock.read_text())
-    modules = [module for dist, module in FRAMEWORKS.items() if dist in pins]
+    modules = lock_modules(pins)
     found = inside(info["id"], modules)
     imports = found.get("imports", {})
     failed = [f"{m} ({v})" for m, v in imports.items() if v.startswith("error")]
@@ -135,6 +130,12 @@ def check(stack: str, accelerator: str, base: Path, out: Path, keep: bool) -> di
         subprocess.run(["podman", "rmi", "--force", info["image"]], capture_output=True,
                        env=host.client_env("podman"))
     return row
+
+
+def lock_modules(pins: dict[str, str]) -> list[str]:
+    """The modules to import in a lock's image: every adapter's packages (kbench.adapters._packages) the lock pins, as
+    the cells import them, each once."""
+    return list(dict.fromkeys(module for dist, module in _packages.modules().items() if dist in pins))
 
 
 def library_columns(found: dict) -> dict:

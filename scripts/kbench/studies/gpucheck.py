@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from kbench import cell, files
+from kbench.adapters import _packages
 from kbench.host import REPO
 from kbench.gpu import peaks, preflight
 from kbench.plan import matrix
@@ -47,10 +48,6 @@ PLAN = [
     ("bert", "predict", 256, "mixed_bfloat16", "native-torch-compiled"),
     ("bert", "fit", 32, "float32", "native-torch-eager"),
 ]
-# What each column needs importable in the interpreter.
-NEEDS = {"native_torch": ("torch", "transformers", "peft"), "keras3": ("keras", "keras_hub"),
-         "keras2": ("tensorflow", "tf_keras", "keras_nlp"), "synthetic": ("numpy",)}
-BACKEND_NEEDS = {"jax": ("jax",), "torch": ("torch",), "tensorflow": ("tensorflow",)}
 SANITY_SIZE = 8192
 PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/bin/python"
 
@@ -180,7 +177,8 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
     records_dir = out / "environments"
     for model, task, batch, precision_name, framework in plan:
         definition = config["framework_defs"][framework]
-        needs = NEEDS.get(definition["adapter"], ()) + BACKEND_NEEDS.get(definition["env"].get("KERAS_BACKEND"), ())
+        # what the column needs importable in the interpreter (kbench.adapters._packages)
+        needs = _packages.required_modules(definition["adapter"], definition["env"].get("KERAS_BACKEND"))
         missing = [p for p in needs if not found.get(p)]
         row = {"cell": f"{model} {task} bs{batch} {precision_name} {framework}"}
         remaining = deadline - time.monotonic()
