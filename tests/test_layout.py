@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from conftest import REPO
-from kbench import layout
+from kbench import imports, layout
 
 
 def test_the_package_has_no_import_from_a_higher_wing_and_no_circle():
@@ -26,7 +26,7 @@ def package_copy(tmp_path, monkeypatch):
     """A copy of scripts/kbench that kbench.layout reads instead of the real one."""
     shutil.copytree(REPO / "scripts" / "kbench", tmp_path / "kbench", ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(layout, "ROOT", tmp_path / "kbench")
-    monkeypatch.setattr(layout, "SCRIPTS", tmp_path)
+    monkeypatch.setattr(imports, "SCRIPTS", tmp_path)
     return tmp_path / "kbench"
 
 

@@ -1,7 +1,7 @@
 """The package's layout, checked: every kbench module belongs to a wing (a subpackage, or ground for the modules at
 the top), the wings stand in the order data flows, and a module imports only from its own wing or wings below it,
-with no circle. Imports are read from the source (every import statement, those inside functions included), so
-nothing is imported to check them.
+with no circle. Imports are read from the source by kbench.imports (every import statement, those inside functions
+included), so nothing is imported to check them.
 
     python -m kbench.layout          the wings, what each imports, and every problem (exit 1 if any)
 """
@@ -11,46 +11,19 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGE = "kbench"
+from kbench import imports
+from kbench.imports import PACKAGE
+
 ROOT = Path(__file__).resolve().parent
-SCRIPTS = ROOT.parent
 # Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> history.
 WINGS = ("ground", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results", "lifecycle",
          "studies", "report")
 
 
-def path_of(module: str) -> Path | None:
-    parts = module.split(".")
-    for candidate in (SCRIPTS.joinpath(*parts).with_suffix(".py"), SCRIPTS.joinpath(*parts, "__init__.py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def imported(module: str, path: Path | None = None) -> set[str]:
-    """The kbench modules named by the import statements of one module (`from kbench import x` may name a module or a
-    name in kbench/__init__; both are followed where a file exists)."""
-    path = path or path_of(module)
-    found = set()
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == PACKAGE)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            if base.split(".")[0] != PACKAGE:
-                continue
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {m for m in found if path_of(m)}
-
-
 def modules() -> list[str]:
     found = []
     for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(SCRIPTS).with_suffix("").parts
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
         found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return found
 
@@ -61,7 +34,7 @@ def wing_of(module: str) -> str:
 
 
 def graph() -> dict[str, set[str]]:
-    return {module: imported(module) - {module} for module in modules()}
+    return {module: imports.imported(module) - {module} for module in modules()}
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
