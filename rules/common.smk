@@ -19,7 +19,7 @@ from kbench.gpu import preflight
 from kbench.plan import config_check, departures, matrix, sources
 from kbench.run import scheduling
 from kbench.results import batch, tables, tuning
-from kbench.stacks import envs
+from kbench.stacks import envs, lock_path
 from kbench.studies import jax_numpy, jax_numpy_tables
 
 try:      # every bad config: one line before any job (file and line, or key path; the bad value; what is allowed)
@@ -105,7 +105,7 @@ def stack_lock_digest(wildcards):
     """The cell's environment by content: a bumped lock changes this param (and the image tag derived from it)."""
     if cell_of(wildcards).not_applicable:
         return None
-    return envs.sha256_file(f"envs/{matrix.stack_of(config, wildcards.framework)}.{config['accelerator']}.lock")
+    return envs.sha256_file(lock_path(matrix.stack_of(config, wildcards.framework), config["accelerator"]))
 
 
 def harness_sources(wildcards):

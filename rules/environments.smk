@@ -1,7 +1,7 @@
 rule environment:
     """One venv per stack and accelerator, installed from its hash-pinned lock; the record is what cells depend on."""
     input:
-        lock="envs/{stack}.{accelerator}.lock",
+        lock=lock_path("{stack}", "{accelerator}"),
     output:
         record=results("environments/{stack}.{accelerator}.json"),
     log:
@@ -17,7 +17,7 @@ rule preinstalled_environment:
     """An interpreter the host already has (config preinstalled_python), recorded as found: its packages and their
     drift from the stack's lock. Cells then record that drift instead of failing on it."""
     input:
-        lock="envs/{stack}.{accelerator}.lock",
+        lock=lock_path("{stack}", "{accelerator}"),
     output:
         record=results("preinstalled/{stack}.{accelerator}.json"),
     log:

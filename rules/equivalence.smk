@@ -19,8 +19,8 @@ rule equivalence_reference:
         job=lambda wildcards: matrix.equivalence_job(config, wildcards.suite, wildcards.profile, wildcards.model,
                                                      REFERENCE, reference=True),
         runtime=RUNTIME,
-        lock_sha256=lambda wildcards: envs.sha256_file(f"envs/{matrix.stack_of(config, REFERENCE)}."
-                                                       f"{config['accelerator']}.lock"),
+        lock_sha256=lambda wildcards: envs.sha256_file(lock_path(matrix.stack_of(config, REFERENCE),
+                                                                 config["accelerator"])),
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
@@ -43,8 +43,8 @@ rule equivalence:
         job=lambda wildcards: matrix.equivalence_job(config, wildcards.suite, wildcards.profile, wildcards.model,
                                                      wildcards.framework),
         runtime=RUNTIME,
-        lock_sha256=lambda wildcards: envs.sha256_file(f"envs/{matrix.stack_of(config, wildcards.framework)}."
-                                                       f"{config['accelerator']}.lock"),
+        lock_sha256=lambda wildcards: envs.sha256_file(lock_path(matrix.stack_of(config, wildcards.framework),
+                                                                 config["accelerator"])),
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,

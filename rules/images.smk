@@ -16,7 +16,7 @@ rule base_image:
 rule stack_image:
     """One image per stack and accelerator: the lock's exact packages on the base; its tag derives from the lock."""
     input:
-        lock="envs/{stack}.{accelerator}.lock",
+        lock=lock_path("{stack}", "{accelerator}"),
         bootstrap="envs/bootstrap.lock",
         recipe="containers/Containerfile",
         base=rules.base_image.output.record,

@@ -15,8 +15,8 @@ rule jax_numpy:
     params:
         job=lambda wildcards: jax_numpy.job(config, wildcards.suite),
         runtime=RUNTIME,
-        lock_sha256=envs.sha256_file(f"envs/{matrix.stack_of(config, config['jax_numpy']['framework'])}."
-                                     f"{config['accelerator']}.lock"),
+        lock_sha256=envs.sha256_file(lock_path(matrix.stack_of(config, config["jax_numpy"]["framework"]),
+                                               config["accelerator"])),
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,

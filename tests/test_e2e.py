@@ -779,8 +779,8 @@ def run_job(results, job, reference, tmp_path):
 
 
 def verdicts(result) -> list[str]:
-    from kbench.results import tables
-    return list(tables.equivalence_long([result], CONFIG["equivalence"]["differences"]).verdict)
+    from kbench.results import equivalence_tables
+    return list(equivalence_tables.equivalence_long([result], CONFIG["equivalence"]["differences"]).verdict)
 
 
 def perturbed_reference(reference, out):

@@ -15,7 +15,7 @@ import pytest
 
 import prebuild
 from conftest import CONFIG, REPO
-from kbench import host, records
+from kbench import host, records, runtimes
 from kbench.models import family
 from kbench.plan import matrix
 from kbench.results import flops
@@ -117,10 +117,11 @@ BUILD_SCRIPT = """
 import json, sys, traceback
 sys.path.insert(0, "{scripts}")
 from kbench import adapters
+from kbench.spec import CellSpec
 for case in CASES:
     try:
         adapter = adapters.load(case["adapter"])
-        workload = adapters.build(adapter, case["spec"])
+        workload = adapters.build(adapter, CellSpec.from_dict(case["spec"]))
         workload.step()
         print("BUILT " + json.dumps({{"name": case["name"], "params": workload.params_total}}), flush=True)
     except Exception:
@@ -150,7 +151,7 @@ def cases(framework: str) -> list[dict]:
             continue
         seen.add(key)
         spec = matrix.spec(CPU_CONFIG, "tiny", cell.model, cell.task, cell.batch_size, cell.precision, framework)
-        found.append({"name": f"{cell.model} {cell.task}", "adapter": definition["adapter"], "spec": spec})
+        found.append({"name": f"{cell.model} {cell.task}", "adapter": definition["adapter"], "spec": spec.to_dict()})
     return found
 
 
@@ -181,9 +182,9 @@ def run_in_column(results, framework: str, column_cases: list[dict]) -> dict:
     podman_record = results / records.path("podman", stack, "cpu")
     if podman_record.exists():
         image = records.read(podman_record)["id"]
-        script = BUILD_SCRIPT.format(scripts=launch.SCRIPTS_IN_IMAGE)
+        script = BUILD_SCRIPT.format(scripts=runtimes.SCRIPTS_IN_IMAGE)
         argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
-                f"--volume={REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro",
+                f"--volume={REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro",
                 *(f"--env={k}={v}" for k, v in env.items()), image, "python", "-"]
         process_env = launch.process_env("podman")
     else:

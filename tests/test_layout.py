@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from conftest import REPO
-from kbench import layout
+from kbench import imports, layout
 
 
 def test_the_package_has_no_import_from_a_higher_wing_and_no_circle():
@@ -26,7 +26,7 @@ def package_copy(tmp_path, monkeypatch):
     """A copy of scripts/kbench that kbench.layout reads instead of the real one."""
     shutil.copytree(REPO / "scripts" / "kbench", tmp_path / "kbench", ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(layout, "ROOT", tmp_path / "kbench")
-    monkeypatch.setattr(layout, "SCRIPTS", tmp_path)
+    monkeypatch.setattr(imports, "SCRIPTS", tmp_path)
     return tmp_path / "kbench"
 
 
@@ -61,3 +61,42 @@ def test_the_layout_command_prints_the_wings_and_their_imports(capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("ground       imports nothing of kbench")
     assert "results      imports ground, models, gpu, plan" in out and out.rstrip().endswith("no problems")
+    assert "scripts      imports ground, run, lifecycle, studies" in out
+
+
+THIN = ('"""An entry point."""\nimport sys\nfrom pathlib import Path\n\n'
+        'sys.path.insert(0, str(Path(__file__).resolve().parent))\nfrom kbench.studies import census_tables  # noqa\n\n'
+        'if __name__ == "__main__":\n    sys.exit(census_tables.main())\n')
+
+
+def test_the_real_entry_points_hold_no_logic():
+    assert layout.script_problems() == []
+    assert {p.name for p in layout.scripts()} >= {"param_census.py", "bench_overhead.py", "bench_images.py",
+                                                  "archive.py", "run_cell.py"}
+
+
+def test_an_entry_point_with_a_def_fails_the_layout_check(package_copy, capsys):
+    """scripts/*.py beside the (copied) package: a thin one passes, one with a function in it fails the check."""
+    (package_copy.parent / "thin.py").write_text(THIN)
+    assert layout.problems() == []
+    (package_copy.parent / "tool.py").write_text(THIN.replace("if __name__", "def helper():\n    return 1\n\n\n"
+                                                                             "if __name__"))
+    assert layout.problems() == ["scripts/tool.py:8: def helper: an entry point holds no logic (a kbench module's "
+                                 "function, which the script calls)"]
+    assert layout.main([]) == 1
+    assert "scripts/tool.py:8: def helper" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("planted, problem", [
+    ("class Tool:\n    pass\n", "3: class Tool: an entry point holds no logic"),
+    ("run = lambda: 1\n", "3: a lambda: an entry point holds no logic"),
+    ("import pandas\n", "3: imports pandas: an entry point imports kbench and sys, os, pathlib, argparse only"),
+    ("from subprocess import run\n", "3: imports subprocess: an entry point imports kbench and sys, os"),
+    ("from kbench.adapters import _packages\n", "3: imports kbench.adapters._packages: not a public module of a wing"),
+    ("import kbench.nothing_here\n", "3: imports kbench.nothing_here: no such kbench module"),
+])
+def test_an_entry_point_that_holds_logic_or_imports_past_kbench_is_named(tmp_path, planted, problem):
+    path = tmp_path / "tool.py"
+    path.write_text('"""A script."""\nimport sys\n' + planted)
+    found = layout.script_problems([path])
+    assert len(found) == 1 and found[0].startswith(f"scripts/tool.py:{problem}"), found

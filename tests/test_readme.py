@@ -12,7 +12,7 @@ import pytest
 
 from conftest import CONFIG, REPO
 from dag import plan
-from kbench import layout
+from kbench import imports
 from kbench.plan import matrix
 
 PAGES = {path.relative_to(REPO).as_posix(): path.read_text()
@@ -62,9 +62,9 @@ def test_every_kbench_module_the_pages_name_is_there():
     for page, text in PAGES.items():
         for name in set(re.findall(r"(?<![\w/])kbench(?:\.\w+)+(?![\w=])", text)):
             parts = name.split(".")
-            module = next((k for k in range(len(parts), 0, -1) if layout.path_of(".".join(parts[:k]))), 0)
+            module = next((k for k in range(len(parts), 0, -1) if imports.path_of(".".join(parts[:k]))), 0)
             rest = parts[module:]
-            source = layout.path_of(".".join(parts[:module])).read_text() if module else ""
+            source = imports.path_of(".".join(parts[:module])).read_text() if module else ""
             if not module or (rest and not re.search(rf"^\s*(?:def |class )?{rest[0]}\b", source, re.M)):
                 wrong.append((page, name))
     assert wrong == []

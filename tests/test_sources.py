@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import REPO
-from kbench import layout
+from kbench import imports
 from kbench.plan import sources
 
 from test_launch import driver_environment, run, synthetic_spec  # noqa: F401  (fixture)
@@ -40,7 +40,7 @@ def test_a_module_is_followed_through_every_kind_of_import(tmp_path, monkeypatch
     for name, text in files.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
-    monkeypatch.setattr(layout, "SCRIPTS", tmp_path)
+    monkeypatch.setattr(imports, "SCRIPTS", tmp_path)
     assert sources.cell_modules("a") == ["kbench", "kbench.adapters", "kbench.adapters._shared", "kbench.adapters.a",
                                          "kbench.deep", "kbench.helper", "kbench.models", "kbench.models.constructors",
                                          "kbench.run", "kbench.run.runner", "kbench.timing"]

@@ -3,7 +3,7 @@ import pytest
 
 from kbench import cell
 from kbench.plan import departures, matrix
-from kbench.results import flops, tables
+from kbench.results import equivalence_tables, flops, tables
 
 FRAMEWORKS = ["keras3-jax", "keras3-tensorflow", "keras3-torch"]
 
@@ -402,7 +402,7 @@ def test_a_column_that_computes_another_function_flags_its_rows_numbers(config, 
         row("keras3-torch", "differs by design (rel 4.0e-01 > 1.0e-05): ResNet v1.5 vs v1", "sam", "predict"),
         row("keras3-tensorflow", "mapping incomplete: not loaded from the reference: 1: x", "sam", "predict"),
         row("keras3-tensorflow", "equivalent; training steps drift: loss rel 2.4e-03 after 3 steps", "sam", "fit")])
-    flags = tables.equivalence_flags(long)
+    flags = equivalence_tables.equivalence_flags(long)
     assert flags.get(("bert", "fit")) == "keras3-torch: differs: rel 3.1e-03 > 7.4e-06", flags
     assert flags.get(("sam", "predict")) == ("keras3-torch: differs by design (rel 4.0e-01 > 1.0e-05): ResNet v1.5 vs v1; "
                                          "keras3-tensorflow: mapping incomplete: not loaded from the reference: 1: x")

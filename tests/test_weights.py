@@ -13,7 +13,7 @@ from conftest import CONFIG
 from kbench.equivalence import check
 from kbench.models import mappings, weights
 from kbench.plan import matrix
-from kbench.results import tables
+from kbench.results import equivalence_tables
 
 LAYOUTS = json.loads((Path(__file__).parent / "fixtures" / "tiny_weight_layouts.json").read_text())
 
@@ -71,23 +71,21 @@ def row(rel, tolerance, **extra):
 
 def test_the_verdict_at_the_tolerances_boundary():
     tol = check.tolerance(spec())
-    assert tables.equivalence_verdict(row(tol, tol), False) == "equivalent"
-    assert tables.equivalence_verdict(row(tol * (1 + 1e-9), tol), False).startswith("differs: rel ")
+    assert equivalence_tables.equivalence_verdict(row(tol, tol), False) == "equivalent"
+    assert equivalence_tables.equivalence_verdict(row(tol * (1 + 1e-9), tol), False).startswith("differs: rel ")
 
 
 def test_verdicts_name_what_differs():
-    assert tables.equivalence_verdict(row(1e-7, 1e-5, first_divergent_token=7), False).endswith(
-        "greedy tokens differ from position 7")
-    assert tables.equivalence_verdict(row(0.4, 1e-5, design_difference="ResNet v1.5 vs v1"), False).startswith(
+    verdict = equivalence_tables.equivalence_verdict
+    assert verdict(row(1e-7, 1e-5, first_divergent_token=7), False).endswith("greedy tokens differ from position 7")
+    assert verdict(row(0.4, 1e-5, design_difference="ResNet v1.5 vs v1"), False).startswith(
         "differs by design (rel 4.0e-01 > 1.0e-05): ResNet v1.5 vs v1")
-    assert tables.equivalence_verdict(row(1e-7, 1e-5, not_loaded="53: conv1.bias, ..."), False).startswith(
-        "mapping incomplete")
-    assert tables.equivalence_verdict(row(1e-7, 1e-5, loss_last_rel=2.4e-3, steps=3), False) == (
+    assert verdict(row(1e-7, 1e-5, not_loaded="53: conv1.bias, ..."), False).startswith("mapping incomplete")
+    assert verdict(row(1e-7, 1e-5, loss_last_rel=2.4e-3, steps=3), False) == (
         "equivalent; training steps drift: loss rel 2.4e-03 after 3 steps")
-    assert tables.equivalence_verdict(row(1e-7, 1e-5, loss_last_rel=2.4e-3, steps=3, design_difference="Adam"),
-                                      False) == "equivalent; training steps drift: loss rel 2.4e-03 after 3 steps (Adam)"
-    assert tables.equivalence_verdict(row(5e-3, 1e-5, precision="mixed_bfloat16"), False) == \
-        "accuracy cost: rel 5.0e-03"
+    assert verdict(row(1e-7, 1e-5, loss_last_rel=2.4e-3, steps=3, design_difference="Adam"), False) == (
+        "equivalent; training steps drift: loss rel 2.4e-03 after 3 steps (Adam)")
+    assert verdict(row(5e-3, 1e-5, precision="mixed_bfloat16"), False) == "accuracy cost: rel 5.0e-03"
 
 
 def test_a_named_difference_in_the_table_is_a_label_spelled_out_below_it():
@@ -98,11 +96,11 @@ def test_a_named_difference_in_the_table_is_a_label_spelled_out_below_it():
          "framework": "keras3-tensorflow", "reference column": False},
         {**row(3.2e-7, 7e-6), "model": "bert", "task": "fit", "framework": "native-torch-eager",
          "reference column": False}])
-    long["verdict"] = [tables.equivalence_verdict(r, False) for r in long.to_dict("records")]
-    table = tables.equivalence_table(long, ["native-torch-eager", "keras3-tensorflow"])
+    long["verdict"] = [equivalence_tables.equivalence_verdict(r, False) for r in long.to_dict("records")]
+    table = equivalence_tables.equivalence_table(long, ["native-torch-eager", "keras3-tensorflow"])
     cell_text = table.loc[("bert", "fit", "float32"), "keras3-tensorflow"]
     assert cell_text == "rel 2.6e-07 ✓; training steps drift: loss rel 2.4e-03 after 3 steps ([d1])"
-    assert tables.difference_notes(long) == f"\n[d1] {adam}\n"
+    assert equivalence_tables.difference_notes(long) == f"\n[d1] {adam}\n"
     assert table.loc[("bert", "fit", "float32"), "native-torch-eager"] == "rel 3.2e-07 ✓"
 
 
@@ -311,7 +309,7 @@ def check_job(framework, entries, is_reference=False):
 
 
 def verdicts(job):
-    return list(tables.equivalence_long([job]).verdict)
+    return list(equivalence_tables.equivalence_long([job]).verdict)
 
 
 @pytest.fixture(scope="module")

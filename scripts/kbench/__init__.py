@@ -1,7 +1,8 @@
 """kbench: the code behind the Keras 3 multi-backend benchmark pipeline, in wings by the stage each serves. Data flows
 one way, and a wing imports only the wings below it (kbench.layout checks it: `python -m kbench.layout`):
 
-    ground       cell and environment records, runtimes, files, the host, timing, numerics, precision (these modules)
+    ground       cell records, environment records, runtimes, lock paths, files, the host, timing, numerics,
+                 precision, the reader of kbench's imports and the layout check (these modules)
     models/      each model in every library: constructor arguments, reference weights, weight layouts
     gpu/         NVML facts, CUDA requirements, peak FLOP/s, the host's GPU preflight
     stacks/      locks, venvs and images

@@ -1,9 +1,11 @@
 """The package's layout, checked: every kbench module belongs to a wing (a subpackage, or ground for the modules at
 the top), the wings stand in the order data flows, and a module imports only from its own wing or wings below it,
-with no circle. Imports are read from the source (every import statement, those inside functions included), so
-nothing is imported to check them.
+with no circle. The entry points beside the package (scripts/*.py: a command's, or a rule's script) stand above every
+wing and hold no logic: no function, class or lambda, and imports of kbench's public modules and of sys, os, pathlib
+and argparse only. Imports are read from the source by kbench.imports (every import statement, those inside
+functions included), so nothing is imported to check them.
 
-    python -m kbench.layout          the wings, what each imports, and every problem (exit 1 if any)
+    python -m kbench.layout          the wings, what each imports, the scripts, and every problem (exit 1 if any)
 """
 from __future__ import annotations
 
@@ -11,46 +13,22 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGE = "kbench"
+from kbench import imports
+from kbench.imports import PACKAGE
+
 ROOT = Path(__file__).resolve().parent
-SCRIPTS = ROOT.parent
 # Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> history.
 WINGS = ("ground", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results", "lifecycle",
          "studies", "report")
-
-
-def path_of(module: str) -> Path | None:
-    parts = module.split(".")
-    for candidate in (SCRIPTS.joinpath(*parts).with_suffix(".py"), SCRIPTS.joinpath(*parts, "__init__.py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def imported(module: str, path: Path | None = None) -> set[str]:
-    """The kbench modules named by the import statements of one module (`from kbench import x` may name a module or a
-    name in kbench/__init__; both are followed where a file exists)."""
-    path = path or path_of(module)
-    found = set()
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == PACKAGE)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            if base.split(".")[0] != PACKAGE:
-                continue
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {m for m in found if path_of(m)}
+# What an entry point (scripts/*.py) may import besides kbench's public modules: enough to find the package, read
+# argv and exit with the status of the one call it makes.
+ENTRY_IMPORTS = ("__future__", "sys", "os", "pathlib", "argparse")
 
 
 def modules() -> list[str]:
     found = []
     for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(SCRIPTS).with_suffix("").parts
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
         found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return found
 
@@ -61,7 +39,7 @@ def wing_of(module: str) -> str:
 
 
 def graph() -> dict[str, set[str]]:
-    return {module: imported(module) - {module} for module in modules()}
+    return {module: imports.imported(module) - {module} for module in modules()}
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -95,8 +73,53 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def scripts() -> list[Path]:
+    return sorted(imports.SCRIPTS.glob("*.py"))
+
+
+def script_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of an entry point: a kbench module where `from kbench.x import y` names one (y a
+    module, else kbench.x), else the name as written."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found += [(node.lineno, f"{base}.{alias.name}" if base.split(".")[0] == PACKAGE
+                       and imports.path_of(f"{base}.{alias.name}") else base) for alias in node.names]
+    return sorted(set(found))
+
+
+def script_problems(paths: list[Path] | None = None) -> list[str]:
+    """One line per function, class or lambda of an entry point (logic: its place is a kbench module, where the wings
+    are checked), and per import of one that is not a public kbench module of a wing, or of ENTRY_IMPORTS."""
+    found = []
+    for path in scripts() if paths is None else paths:
+        where = f"scripts/{path.name}"
+        nodes = sorted(ast.walk(ast.parse(path.read_text(), str(path))), key=lambda n: getattr(n, "lineno", 0))
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                what = "a lambda" if isinstance(node, ast.Lambda) else \
+                    f"{'class' if isinstance(node, ast.ClassDef) else 'def'} {node.name}"
+                found.append(f"{where}:{node.lineno}: {what}: an entry point holds no logic (a kbench module's "
+                             "function, which the script calls)")
+        for line, module in script_imports(path):
+            parts = module.split(".")
+            if parts[0] != PACKAGE:
+                if parts[0] not in ENTRY_IMPORTS:
+                    found.append(f"{where}:{line}: imports {module}: an entry point imports kbench and "
+                                 f"{', '.join(ENTRY_IMPORTS[1:])} only")
+            elif imports.path_of(module) is None:
+                found.append(f"{where}:{line}: imports {module}: no such kbench module")
+            elif wing_of(module) not in WINGS or any(p.startswith("_") and not p.startswith("__") for p in parts):
+                found.append(f"{where}:{line}: imports {module}: not a public module of a wing")
+    return found
+
+
 def problems(edges: dict[str, set[str]] | None = None) -> list[str]:
-    """One line per module in no known wing, per import from a wing above the importer's, and per circle."""
+    """One line per module in no known wing, per import from a wing above the importer's, per circle, and per entry
+    point that holds logic or imports what it should not (script_problems)."""
     edges = graph() if edges is None else edges
     found = [f"{m}: in no wing of kbench.layout.WINGS" for m in edges if wing_of(m) not in WINGS]
     for module, targets in sorted(edges.items()):
@@ -105,7 +128,7 @@ def problems(edges: dict[str, set[str]] | None = None) -> list[str]:
                     and WINGS.index(wing_of(target)) > WINGS.index(wing_of(module)):
                 found.append(f"{module} ({wing_of(module)}) imports {target} ({wing_of(target)}), a wing above it")
     found += [f"circle: {' -> '.join(circle)}" for circle in circles(edges)]
-    return found
+    return found + script_problems()
 
 
 def docstring_head(wing: str) -> str:
@@ -124,6 +147,10 @@ def main(argv=None) -> int:
         print(f"{wing:12s} imports {', '.join(below) or 'nothing of kbench'}\n{'':12s} {names}")
         if wing != "ground":
             print(f"{'':12s} {docstring_head(wing)[:200]}")
+    called = sorted({wing_of(m) for path in scripts() for _, m in script_imports(path) if m.split(".")[0] == PACKAGE},
+                    key=lambda w: WINGS.index(w) if w in WINGS else len(WINGS))
+    print(f"{'scripts':12s} imports {', '.join(called) or 'nothing of kbench'}\n{'':12s} "
+          f"{', '.join(p.name for p in scripts())}\n{'':12s} entry points: argv (or Snakemake's object) and one call")
     found = problems(edges)
     print(*(["", "problems:"] + [f"  {line}" for line in found] if found else ["", "no problems"]), sep="\n")
     return 1 if found else 0

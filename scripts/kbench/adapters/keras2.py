@@ -13,7 +13,7 @@ import os
 from kbench.models import bert, decoder, mistral, resnet50, sam
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 
-_PACKAGES = ("tensorflow", "tf-keras", "keras-nlp", "keras-cv")
+from kbench.adapters._packages import KERAS2 as _PACKAGES
 
 
 def backend() -> Backend:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kbench.models import bert, decoder, gemma, llama, mistral, resnet50, sam
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 
-_PACKAGES = ("keras", "keras-hub", "keras-cv", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "torch")
+from kbench.adapters._packages import KERAS3 as _PACKAGES
 
 
 def backend() -> Backend:

@@ -28,7 +28,7 @@ from kbench.models import bert, decoder, gemma, llama, mistral, resnet50, sam, s
 from kbench.adapters import (Backend, NotSupported, Workload, _hooks, backward_and_step, channels_first, dtype_name,
                              for_tasks)
 
-_PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "diffusers", "segment-anything")
+from kbench.adapters._packages import NATIVE_TORCH as _PACKAGES
 COMPILE_MODE = "reduce-overhead"     # the anchor's mode: CUDA graphs on a GPU, plain inductor on a CPU
 
 

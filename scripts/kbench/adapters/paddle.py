@@ -32,7 +32,7 @@ from kbench.models import bert, resnet50, stable_diffusion  # noqa: E402
 from kbench.adapters import (Backend, NotSupported, Workload, _hooks, backward_and_step, channels_first,  # noqa: E402
                              for_tasks)
 
-_PACKAGES = ("paddlepaddle", "paddlepaddle-gpu", "paddlenlp", "ppdiffusers")
+from kbench.adapters._packages import PADDLE as _PACKAGES  # noqa: E402
 
 
 def backend() -> Backend:

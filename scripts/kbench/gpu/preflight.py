@@ -19,6 +19,7 @@ from typing import Callable
 
 from kbench.gpu import cuda
 from kbench.host import REPO
+from kbench.lockpaths import lock_path
 
 BINARIES = {"podman": "podman", "docker": "docker", "apptainer": "apptainer"}
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -90,7 +91,7 @@ def notes(accelerator: str, stacks: list[str], host: Host | None = None, repo: P
         return []
     found = []
     for stack in stacks:
-        lock = f"envs/{stack}.{accelerator}.lock"
+        lock = lock_path(stack, accelerator)
         found += _architectures(stack, lock, host.read(repo / lock), host)
     return found
 
@@ -109,7 +110,7 @@ def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path, runtime
         return [f"accelerator {accelerator}: nvidia-smi lists no GPU"]
     driver, found = listed[0]["driver_version"], []
     for stack in stacks if runtime != "preinstalled" else ():
-        lock = f"envs/{stack}.{accelerator}.lock"
+        lock = lock_path(stack, accelerator)
         need = cuda.requirement(host.read(repo / lock))
         if need and cuda.driver_tuple(driver) < cuda.driver_tuple(need.min_driver):
             fix = ("use the CUDA 12 locks (--config accelerator=gpu-cuda12, driver >= 525.60.13) or update the driver"
@@ -131,7 +132,7 @@ def compute_capabilities(host: Host) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _architectures(stack: str, lock: str, lock_text: str, host: Host) -> list[str]:
+def _architectures(stack: str, lock: Path, lock_text: str, host: Host) -> list[str]:
     """A stack whose GPU wheel has kernels for some architectures only (kbench.gpu.cuda.KERNEL_ARCHS), on GPUs they do
     not cover: every kernel would fail with "no kernel image is available for execution on the device"."""
     listed = cuda.kernel_archs(lock_text)

@@ -1,4 +1,5 @@
 """lifecycle: a run after it ran: its archive and verify (archive), two runs compared (compare), every run in a DuckDB
-history (history), and which package of a lock bump moved a cell (bisect).
+history (history), and which package of a lock bump moved a cell (bisect); scripts/archive.py's commands
+(archive_command).
 
 May import: every wing below it (ground up to results)."""

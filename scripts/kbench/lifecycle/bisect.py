@@ -58,7 +58,7 @@ from kbench.host import REPO
 from kbench.plan import config_check, matrix
 from kbench.results import stats
 from kbench.run import launch
-from kbench.stacks import envs, images, lockcheck, lockgroups
+from kbench.stacks import envs, images, lock_name, lockcheck, lockgroups
 
 RUNTIMES = ("host", "podman")
 MOST = 0.5          # a group that moves more than half the change explains it, even where it differs from new
@@ -194,7 +194,7 @@ class Bench:
         name = self.name(applied)
         folder = self.out / "steps" / name
         step = Step(name, [g.id for g in self.groups if g.id in applied])
-        lock = folder / f"{self.stack}.{self.spec.accelerator}.lock"
+        lock = folder / lock_name(self.stack, self.spec.accelerator)
         folder.mkdir(parents=True, exist_ok=True)
         if name in ("old", "new"):          # the user's own locks, byte for byte
             lock.write_bytes((self.old_lock if name == "old" else self.new_lock).read_bytes())

@@ -18,6 +18,7 @@ import yaml
 from kbench import files
 from kbench.host import REPO
 from kbench.plan import matrix
+from kbench.stacks import lock_id, lock_path
 
 
 
@@ -135,7 +136,7 @@ def check_lock(lock: Path) -> None:
     def close():
         if requirement and not hashes:
             raise ConfigError(f"{lock}, line {line_of}: {requirement} has no --hash=sha256:<64 hex digits>; "
-                              f"regenerate the lock (scripts/lock-envs {lock.name.removesuffix('.lock')})")
+                              f"regenerate the lock (scripts/lock-envs {lock_id(lock)})")
     text = read_text(lock, "expected a hash-locked lock, as scripts/lock-envs writes them")
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip().removesuffix("\\").strip()
@@ -144,13 +145,13 @@ def check_lock(lock: Path) -> None:
         if line.startswith("--hash"):
             if not _HASH.match(line):
                 raise ConfigError(f"{lock}, line {number}: {line!r} is not --hash=sha256:<64 hex digits>; "
-                                  f"regenerate the lock (scripts/lock-envs {lock.name.removesuffix('.lock')})")
+                                  f"regenerate the lock (scripts/lock-envs {lock_id(lock)})")
             hashes += 1
             continue
         close()
         if not _REQUIREMENT.match(line):
             raise ConfigError(f"{lock}, line {number}: {line!r} is not a pinned requirement (name==version); "
-                              f"regenerate the lock (scripts/lock-envs {lock.name.removesuffix('.lock')})")
+                              f"regenerate the lock (scripts/lock-envs {lock_id(lock)})")
         requirement, hashes, line_of = line.split()[0], 0, number
     close()
 
@@ -165,4 +166,4 @@ def check(config: dict, schema_path: Path, repo: Path = REPO) -> None:
     check_combinations(config)
     check_jax_numpy(config)
     for stack in sorted({matrix.stack_of(config, f) for f in config["frameworks"]}):
-        check_lock(repo / "envs" / f"{stack}.{config['accelerator']}.lock")
+        check_lock(lock_path(stack, config["accelerator"], repo))

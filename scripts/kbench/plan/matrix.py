@@ -17,6 +17,7 @@ from kbench import precision, runtimes
 from kbench.models import family
 from kbench.spec import CellSpec
 from kbench.host import REPO
+from kbench.stacks import lock_path, locks
 
 TASKS = ("fit", "predict", "generate")
 GELU_MODELS = ("bert",)     # whose feed-forward GELU is a setting (settings.gelu)
@@ -74,7 +75,7 @@ def check_references(config: dict, repo: Path = REPO) -> None:
     for framework in config["frameworks"]:
         definition = frameworks[framework]
         _require(definition["adapter"], adapters, f"framework_defs.{framework}.adapter")
-        lock = f"envs/{definition['stack']}.{config['accelerator']}.lock"
+        lock = lock_path(definition["stack"], config["accelerator"])
         if not (repo / lock).is_file():
             raise ConfigError(f"config key framework_defs.{framework}.stack: {definition['stack']!r} has no lock "
                               f"{lock} for accelerator {config['accelerator']!r}; stacks with one: "
@@ -174,7 +175,7 @@ def _check_patterns(rule: dict, config: dict, key: str) -> None:
 
 
 def stacks_with_lock(accelerator: str, repo: Path = REPO) -> list[str]:
-    return sorted(p.name.removesuffix(f".{accelerator}.lock") for p in (repo / "envs").glob(f"*.{accelerator}.lock"))
+    return [stack for stack, _ in locks(repo, accelerator)]
 
 
 def not_applicable_reason(config: dict, model: str, task: str, framework: str,

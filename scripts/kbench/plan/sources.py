@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 
-from kbench import layout
+from kbench import imports
 from kbench.models import family
 from kbench.host import REPO
 
 SCRIPTS = REPO / "scripts"
-_path, _imported = layout.path_of, layout.imported        # the one reader of kbench's imports
+_path, _imported = imports.path_of, imports.imported        # the one reader of kbench's imports
 
 
 def modules(roots: list[str]) -> list[str]:

@@ -21,6 +21,8 @@ memory      : per cell peak device memory (the framework's allocator; NVML's dev
               the driver's view) and peak host RSS, the largest over the repeats
 cells_summary : the per-cell summary every table reads (estimate, interval, repeats, throughput, memory, ...)
 cells_long  : every statistic and provenance field of every repeat of every cell, one row each
+equivalence, equivalence_long : the equivalence check's tables (kbench.results.equivalence_tables), written here with
+              the others; ms_per_step and speedup carry its flag per row
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ from kbench import cell
 from kbench.gpu import peaks
 from kbench.models import family
 from kbench.plan import departures
-from kbench.results import flops, stats
+from kbench.results import equivalence_tables, flops, stats
+from kbench.results.equivalence_tables import EQUIVALENCE
 from kbench.precision import baselines as precision_baselines, label as precision_table_label
 
 ROW_KEYS = ["model", "task", "batch_size", "precision"]
@@ -108,6 +111,8 @@ def estimate_text(estimate: stats.Estimate) -> str:
 
 
 def summarize_cell(repeats: pd.DataFrame) -> dict:
+    """One cell's summary row: who ran it, then (where every repeat is ok) the estimate and what each figure derived
+    from it says: throughput, FLOPs and MFU, memory, energy and the compile counters."""
     first = repeats.iloc[0]
     ok = repeats[repeats.status == "ok"]
     row = {k: first[k] for k in ("cell_id", "suite", "profile", *ROW_KEYS, "framework", "adapter", "params_total",
@@ -119,44 +124,77 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
                                                        if len(repeats) > 1 else ""))
         return row
     estimate = stats.estimate(list(ok.mean_ms), list(ok.block_means))
+    flags = cell_flags(first, ok)
+    row.update(status="ok", text=estimate_text(estimate) + (FLAGGED if flags else ""), cell_flags=flags)
+    per_second = 1e3 / estimate.ms
+    for part in (timing_summary(estimate, ok), throughput_summary(first, ok, per_second),
+                 flops_summary(first, ok, per_second), memory_summary(first, ok), energy_summary(ok),
+                 compile_summary(ok)):
+        row.update(part)
+    return row
+
+
+def timing_summary(estimate: stats.Estimate, ok: pd.DataFrame) -> dict:
+    """The estimate and its interval, each repeat's mean, the first step, and how busy the device was."""
+    return dict(estimate_ms=estimate.ms, ci_low_ms=estimate.low, ci_high_ms=estimate.high, ci_method=estimate.method,
+                repeat_means=json.dumps(list(estimate.means)), first_step_ms=ok.first_step_ms.median(),
+                device_busy_share=ok.device_busy_share.mean() if ok.device_busy_share.notna().all() else None)
+
+
+def throughput_summary(first, ok: pd.DataFrame, per_second: float) -> dict:
+    """Examples (batch elements) and generated tokens per second at the estimate."""
+    tokens_per_step = ok.generated_tokens_per_step.iloc[0]
+    return dict(examples_per_s=first.batch_size * per_second,
+                tokens_per_s=tokens_per_step * per_second if pd.notna(tokens_per_step) else None)
+
+
+def flops_summary(first, ok: pd.DataFrame, per_second: float) -> dict:
+    """Model FLOPs per step (kbench.results.flops), the TFLOP/s achieved, the arithmetic the step's products could
+    run in, and on a GPU of kbench.gpu.peaks the peak they reach together and the MFU."""
     shape = StepShape(first.model, first.task, first.batch_size, first.arch, first.inputs, first.task_options,
                       first.adapter)
     known = flops.known(first.model, first.task)
     flop_count = flops.per_step(shape) if known else None
-    per_second = 1e3 / estimate.ms
     classes = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0], ok.precision_switches.iloc[0],
                                {"NVIDIA_TF32_OVERRIDE": first.tf32_override})
     # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none)
     device = first.gpu_name if isinstance(first.gpu_name, str) else first.device
     least_s = peaks.peak_seconds(device, flops.by_kind(shape), classes) if known else None
-    tflops = flop_count * per_second / 1e12 if flop_count else None
-    flags = cell_flags(first, ok)
+    return dict(flops_per_step=flop_count, tflops_per_s=flop_count * per_second / 1e12 if flop_count else None,
+                arithmetic=peaks.label(classes),
+                # the peak the step's products could reach together (each kind at its own arithmetic's peak)
+                peak_tflops=flop_count / least_s / 1e12 if least_s else None,
+                mfu=least_s * per_second if least_s else None)
+
+
+def memory_summary(first, ok: pd.DataFrame) -> dict:
+    """The largest device memory (the framework's allocator, NVML's device-wide and per-process) and host RSS over
+    the repeats, and what the framework's figure counts."""
+    return dict(peak_device_mib=ok.peak_device_mib.max(), nvml_used_mib=ok.nvml_used_mib.max(),
+                nvml_process_mib=ok.nvml_process_mib.max(), memory_view=first.memory_view,
+                peak_host_rss_mib=ok.peak_host_rss_mib.max())
+
+
+def energy_summary(ok: pd.DataFrame) -> dict:
+    """Energy per step (where every repeat measured one) and per generated token, mean power, clocks, temperature,
+    the slowdowns the driver reported, and whether the GPU sat at its power cap."""
     tokens_per_step = ok.generated_tokens_per_step.iloc[0]
     energy = ok.energy_j_per_step.mean() if ok.energy_j_per_step.notna().all() else None
-    row.update(
-        status="ok", text=estimate_text(estimate) + (FLAGGED if flags else ""), cell_flags=flags, estimate_ms=estimate.ms, ci_low_ms=estimate.low,
-        ci_high_ms=estimate.high, ci_method=estimate.method, repeat_means=json.dumps(list(estimate.means)),
-        first_step_ms=ok.first_step_ms.median(), examples_per_s=first.batch_size * per_second,
-        tokens_per_s=(ok.generated_tokens_per_step.iloc[0] * per_second
-                      if pd.notna(ok.generated_tokens_per_step.iloc[0]) else None),
-        flops_per_step=flop_count, tflops_per_s=tflops, arithmetic=peaks.label(classes),
-        # the peak the step's products could reach together (each kind at its own arithmetic's peak)
-        peak_tflops=flop_count / least_s / 1e12 if least_s else None,
-        mfu=least_s * per_second if least_s else None,
-        peak_device_mib=ok.peak_device_mib.max(), nvml_used_mib=ok.nvml_used_mib.max(),
-        nvml_process_mib=ok.nvml_process_mib.max(), memory_view=first.memory_view,
-        peak_host_rss_mib=ok.peak_host_rss_mib.max(),
+    return dict(
         energy_j_per_step=energy,
         energy_j_per_token=energy / tokens_per_step if energy is not None and pd.notna(tokens_per_step) else None,
         mean_power_w=ok.mean_power_w.mean(), sm_clock_mhz_mean=ok.sm_clock_mhz_mean.mean(),
         sm_clock_mhz_min=ok.sm_clock_mhz_min.min(), memory_clock_mhz_mean=ok.memory_clock_mhz_mean.mean(),
         temperature_c_max=ok.temperature_c_max.max(),
         slowdowns=", ".join(sorted({s for t in ok.slowdowns.dropna() for s in t.split(", ") if s})),
-        power_capped=bool(ok.power_capped.fillna(False).astype(bool).any()) if "power_capped" in ok else None,
-        compiles_in_window=ok.compiles_in_window.max(), graph_breaks=ok.graph_breaks.max(),
-        cudagraph_skips=ok.cudagraph_skips.max(),
-        device_busy_share=ok.device_busy_share.mean() if ok.device_busy_share.notna().all() else None)
-    return row
+        power_capped=bool(ok.power_capped.fillna(False).astype(bool).any()) if "power_capped" in ok else None)
+
+
+def compile_summary(ok: pd.DataFrame) -> dict:
+    """The framework's compile counters, the most over the repeats: compiles inside the timed window, graph breaks,
+    skipped CUDA graphs."""
+    return dict(compiles_in_window=ok.compiles_in_window.max(), graph_breaks=ok.graph_breaks.max(),
+                cudagraph_skips=ok.cudagraph_skips.max())
 
 
 def as_estimate(r) -> stats.Estimate:
@@ -498,16 +536,6 @@ def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_sectio
                                           + shown.to_html(na_rep="", border=0) + f"\n<p>{note}</p>\n</body></html>\n")
 
 
-EQUIVALENCE_NOTE = ("\nEvery column loads the reference column's unit-scale weights and runs the row's outputs on the "
-                    "cells' inputs (fit: also the losses of a few optimizer steps), in float32, compared with the "
-                    "reference's: rel = the relative (Frobenius) error of its worst output; ✓ within, ✗ beyond the "
-                    "tolerance 2 x 2^-24 x sqrt(K x D) (K: the longest contraction, D: the products in sequence). "
-                    "Other precisions: their error against the column's own float32 (the accuracy cost). aligned: "
-                    "the native column with a named design difference removed. 'training steps drift': the losses "
-                    "after the steps left the reference's by more than 10 x steps x the tolerance. ms_per_step "
-                    "and speedup flag every row whose outputs are not shown equivalent.\n")
-
-
 def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
           profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = (),
           equivalence: list[cell.CellResult] = (), differences: list[dict] = ()) -> None:
@@ -516,19 +544,20 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
     write_long(long, out_dir / "cells_long.csv")
     summary = summary_table(long)
     summary.to_csv(out_dir / "cells_summary.csv", index=False)
-    checked = equivalence_long(list(equivalence), list(differences))
-    flags = equivalence_flags(checked)
+    checked = equivalence_tables.equivalence_long(list(equivalence), list(differences))
+    flags = equivalence_tables.equivalence_flags(checked)
     write(ms_per_step_table(summary, frameworks, unreproduced, equivalence=flags), out_dir, "ms_per_step", profile,
           readable=ms_per_step_table(summary, frameworks, unreproduced, readable=True, equivalence=flags),
           note=NOTE)
     write(speedup_table(summary, frameworks, keras3, flags), out_dir, "speedup", profile, note=NOTE)
     checked.to_csv(out_dir / "equivalence_long.csv", index=False)
-    write(equivalence_table(checked, frameworks), out_dir, EQUIVALENCE, profile,
-          note=EQUIVALENCE_NOTE + difference_notes(checked))
+    write(equivalence_tables.equivalence_table(checked, frameworks), out_dir, EQUIVALENCE, profile,
+          note=equivalence_tables.EQUIVALENCE_NOTE + equivalence_tables.difference_notes(checked))
     write(params_table(summary, frameworks), out_dir, "params", profile)
     write(precision_table(summary, frameworks, baseline), out_dir, "precision", profile, by_section=True)
-    write(precision_speedup_table(summary, frameworks, baseline, list(claims), accuracy_costs(checked)), out_dir,
-          "precision_speedup", profile, by_section=True)
+    costs = equivalence_tables.accuracy_costs(checked)
+    write(precision_speedup_table(summary, frameworks, baseline, list(claims), costs), out_dir, "precision_speedup",
+          profile, by_section=True)
     write(throughput_table(summary), out_dir, "throughput", profile,
           note="\nexamples/s: batch elements per second (\"one example is\" says what one is: for SD predict a latent "
                "through one denoising step, not an image). FLOPs: model FLOPs per step (kbench.results.flops: 2 x "
@@ -572,175 +601,6 @@ def main(argv=None) -> int:
           args.differences)
     return 0
 
-
-
-# ---------------------------------------------------------------- the equivalence check
-
-EQUIVALENCE = "equivalence"
-
-
-def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = ()) -> pd.DataFrame:
-    """One row per model / task / precision / column / variant of the equivalence jobs (kbench.equivalence.check): the
-    worst relative error of its outputs against what it was compared with, the tolerance, the losses' errors, the
-    first divergent generated token, weights the mapping did not load, and the verdict."""
-    from kbench.plan.matrix import matches
-    rows = []
-    for job in jobs:
-        spec, report = job.spec, job.equivalence or {}
-        base = {"model": spec["model"], "framework": spec["framework"], "reference column": bool(
-            report.get("reference"))}
-        if job.status != "ok":
-            rows.append({**base, "task": "", "precision": "", "variant": "", "verdict": job.text()})
-            continue
-        for entry in report.get("results", []):
-            for variant, found in (entry.get("variants") or {"": {}}).items():
-                row = {**base, "task": entry["task"], "precision": entry["precision"], "variant": variant,
-                       "tolerance": entry.get("tolerance")}
-                if "error" in entry:
-                    rows.append({**row, "verdict": entry["error"].split(":", 1)[0] + ": " + entry["error"].split(
-                        ": ", 2)[-1]})
-                    continue
-                compared = found.get("compared") or {}
-                tokens = compared.get("tokens", {})
-                loaded = found.get("loaded") or {}
-                difference = [d["what"] for d in differences if matches(d.get("model"), spec["model"])
-                              and matches(d.get("task"), entry["task"]) and matches(d.get("framework"), spec["framework"])]
-                row.update(
-                    against=found.get("against", "(the reference)"), rel=found.get("rel"),
-                    max_abs=max((v.get("max_abs", 0.0) for v in compared.values()), default=None),
-                    outputs=", ".join(f"{k} {v['rel']:.1e}" for k, v in compared.items() if "rel" in v),
-                    loss_first_rel=(found.get("loss_rel") or [None])[0],
-                    loss_last_rel=(found.get("loss_rel") or [None])[-1],
-                    first_divergent_token=tokens.get("first_divergence"),
-                    not_loaded=_names(loaded.get("missing", [])), not_in_column=_names(loaded.get("unexpected", [])),
-                    skipped=_names(loaded.get("skipped", [])),       # left out by the mapping, on purpose
-                    steps=len(found.get("losses") or []),
-                    design_difference="; ".join(difference))
-                row["verdict"] = equivalence_verdict(row, report.get("reference"))
-                rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _names(names: list[str]) -> str:
-    return "" if not names else f"{len(names)}: " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-
-
-def equivalence_verdict(row: dict, is_reference: bool) -> str:
-    """equivalent | differs (what and by how much) | differs by design (named in config) | mapping incomplete."""
-    if is_reference and row["precision"] == "float32":
-        return "reference"
-    if row["not_loaded"]:
-        return f"mapping incomplete: not loaded from the reference: {row['not_loaded']}"
-    if row.get("rel") is None:
-        return "not compared"
-    token = row.get("first_divergent_token")
-    if row["precision"] != "float32":       # a precision's cost against the column's float32: measured, not judged
-        return f"accuracy cost: rel {row['rel']:.1e}" + _tokens(token) + _losses(row)
-    first = row.get("loss_first_rel")
-    if row["rel"] <= row["tolerance"] and token is None:
-        # a named difference whose outputs agree (the LLMs' LoRA factorisations, the same function at the start)
-        # excuses the later steps' losses (_drift), never the first's
-        if row["design_difference"] and row["variant"] != "aligned" and first is not None and not pd.isna(first) \
-                and first > row["tolerance"]:
-            return f"differs: the first step's loss rel {first:.1e} > {row['tolerance']:.1e}"
-        return "equivalent" + _drift(row)
-    what = f"rel {row['rel']:.1e} > {row['tolerance']:.1e}" + _tokens(token)
-    if row["design_difference"] and row["variant"] != "aligned":
-        return f"differs by design ({what}): {row['design_difference']}"
-    return f"differs: {what}" + _drift(row)
-
-
-def _tokens(token) -> str:
-    return "" if token is None or pd.isna(token) else f", greedy tokens differ from position {int(token)}"
-
-
-def _losses(row: dict) -> str:
-    first, last = row.get("loss_first_rel"), row.get("loss_last_rel")
-    if first is None or pd.isna(first):
-        return ""
-    return f", loss rel {first:.1e} at the first step, {last:.1e} after {row.get('steps') or 1}"
-
-
-def _drift(row: dict) -> str:
-    """The fit's losses after its steps, where they left the reference's by more than 10 x steps x the tolerance:
-    each step carries the forward's and backward's rounding into the weights, and an adaptive optimizer can scale a
-    gradient's relative error up to the update's size; more than that is another training step (batch-norm
-    statistics over a tiny batch are ill-conditioned enough to reach it too). Where a design difference is named
-    for the row (the LLMs' LoRA factorisations: the same function at the start, other factors trained), the steps
-    after the first are that difference, and the first step's loss is the one that must agree."""
-    last, steps = row.get("loss_last_rel"), row.get("steps") or 1
-    if last is None or pd.isna(last) or last <= 10 * steps * row["tolerance"]:
-        return ""
-    # the cause named where config names one (Keras 3's TF Adam on repeated tokens, the LLMs' LoRA factors)
-    cause = f" ({row['design_difference']})" if row.get("design_difference") else ""
-    return f"; training steps drift: loss rel {last:.1e} after {steps} steps{cause}"
-
-
-def equivalence_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
-    """Rows model/task/precision, a column per framework: the relative error of its outputs (as built, and aligned
-    where a design difference is named) and the verdict."""
-    if long.empty or "rel" not in long:
-        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=["model", "task", "precision"]))
-
-    labels = difference_labels(long)
-
-    def text(group: pd.DataFrame) -> str:
-        parts = []
-        for r in group.itertuples():
-            label = "aligned: " if r.variant == "aligned" else ""
-            r = r._replace(verdict=_labelled(r.verdict, labels))
-            if pd.isna(r.rel):
-                parts.append(f"{label}{r.verdict}")
-            elif r.verdict.startswith("accuracy cost"):
-                parts.append(r.verdict.removeprefix("accuracy cost: "))
-            elif r.verdict.startswith("equivalent"):
-                parts.append(f"{label}rel {r.rel:.1e} ✓{r.verdict.removeprefix('equivalent')}")
-            else:
-                parts.append(f"{label}rel {r.rel:.1e} ✗ ({r.verdict})")
-        return "; ".join(parts)
-    shown = long[(long.task != "") & ~long["reference column"]]
-    table = shown.groupby(["model", "task", "precision", "framework"], sort=False).apply(
-        text, include_groups=False).unstack("framework")
-    return table.reindex(columns=[f for f in frameworks if f in table.columns]).fillna("")
-
-
-def difference_labels(long: pd.DataFrame) -> dict[str, str]:
-    """Each named design difference that reaches a verdict -> a short label ([d1], [d2]): the table's cells name it,
-    the note under the table spells it out (a paragraph per cell buries the numbers)."""
-    named = [] if long.empty or "design_difference" not in long else long.design_difference.dropna()
-    unique = [d for d in dict.fromkeys(named) if d]
-    return {d: f"[d{i}]" for i, d in enumerate(unique, 1)}
-
-
-def _labelled(verdict: str, labels: dict[str, str]) -> str:
-    for difference, label in labels.items():
-        verdict = verdict.replace(difference, label)
-    return verdict
-
-
-def difference_notes(long: pd.DataFrame) -> str:
-    labels = difference_labels(long)
-    return "".join(f"\n{label} {difference}\n" for difference, label in labels.items())
-
-
-def equivalence_flags(long: pd.DataFrame) -> pd.Series:
-    """Per model/task (float32, as built): the columns whose outputs are not shown to be the reference's, and why:
-    the flag ms_per_step and speedup carry, as params_parity does."""
-    if long.empty or "verdict" not in long:
-        return pd.Series(dtype=str)
-    rows = long[(long.precision == "float32") & (long.variant == "as built")
-                & ~long.verdict.str.startswith(("equivalent", "reference"))]
-    return rows.groupby(["model", "task"], sort=False).apply(
-        lambda g: "; ".join(f"{r.framework}: {r.verdict}" for r in g.itertuples()), include_groups=False)
-
-
-def accuracy_costs(long: pd.DataFrame) -> dict:
-    """(model, task, framework, precision) -> the relative error of that precision's outputs against the column's own
-    float32 outputs on the same weights and inputs (and its loss after the fit steps against float32's)."""
-    if long.empty or "rel" not in long:
-        return {}
-    costs = long[(long.precision != "float32") & long.rel.notna()]
-    return {(r.model, r.task, r.framework, r.precision): (r.rel, r.loss_last_rel) for r in costs.itertuples()}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """stacks: the lock -> image (or venv) half of the DAG: hash-locked lock files and their checks (lockcheck), venvs and
 preinstalled interpreters (envs), podman images built reproducibly from a lock (images), and what moves with what
-between two locks (lockgroups).
+between two locks (lockgroups). Where a stack's lock lives (lock_path, lock_name, lock_id, locks) is kbench.lockpaths,
+re-exported here.
 
 May import: ground, models, gpu."""
+
+from kbench.lockpaths import lock_id, lock_name, lock_path, locks  # noqa: F401  (re-exported: where a stack's lock is)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from kbench import host, records
+from kbench.lockpaths import lock_name, lock_path
 from kbench.host import REPO
 from kbench.stacks import envs
 
@@ -173,7 +174,7 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
     lock: another lock of the stack than envs/<stack>.<accelerator>.lock (kbench.lifecycle.bisect's steps between two locks):
     the build context is then a temporary folder holding it under the recipe's name beside envs/bootstrap.lock, so
     the same lock gives the same image whichever folder it came from."""
-    lock = lock or REPO / "envs" / f"{stack}.{accelerator}.lock"
+    lock = lock or lock_path(stack, accelerator, REPO)
     lock_sha = envs.sha256_file(lock)
     base = records.read(base_record)
     tag = tag or stack_tag(stack, accelerator, lock_sha)
@@ -184,10 +185,10 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
         uv_cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp, one_build_at_a_time():
             context = REPO / "envs"
-            if lock.resolve() != (context / f"{stack}.{accelerator}.lock").resolve():
+            if lock.resolve() != (context / lock_name(stack, accelerator)).resolve():
                 context = Path(tmp)
                 for source, name in ((REPO / "envs" / "bootstrap.lock", "bootstrap.lock"),
-                                     (lock, f"{stack}.{accelerator}.lock")):
+                                     (lock, lock_name(stack, accelerator))):
                     (context / name).write_bytes(source.read_bytes())
                     (context / name).chmod(0o644)       # as a checkout's files: COPY keeps the mode
             podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache, context,

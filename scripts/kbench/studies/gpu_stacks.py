@@ -24,18 +24,13 @@ from pathlib import Path
 import yaml
 
 from kbench import host
+from kbench.adapters import _packages
 from kbench.host import REPO
 from kbench.plan import matrix
 from kbench.run import launch
-from kbench.stacks import images, lockcheck
+from kbench.stacks import images, lock_path, lockcheck, locks as stack_locks
 
 ACCELERATORS = ("gpu", "gpu-cuda12")
-# distribution -> the module a cell imports
-FRAMEWORKS = {"torch": "torch", "jax": "jax", "jaxlib": "jaxlib", "tensorflow": "tensorflow", "keras": "keras",
-              "keras-hub": "keras_hub", "keras-nlp": "keras_nlp", "keras-cv": "keras_cv", "tf-keras": "tf_keras",
-              "transformers": "transformers", "diffusers": "diffusers", "peft": "peft",
-              "segment-anything": "segment_anything", "paddlepaddle-gpu": "paddle", "paddlenlp": "paddlenlp",
-              "ppdiffusers": "ppdiffusers", "numpy": "numpy"}
 DRIVER = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so")
 # Run inside the image: imports, the wheels' CUDA libraries loaded, the frameworks' extension modules' links.
 INSIDE = r"""
@@ -73,11 +68,10 @@ print("GPUSTACK " + json.dumps(found))
 
 
 def locks(selected: list[str]) -> list[tuple[str, str]]:
-    found = sorted((p.name.split(".")[0], p.name.split(".")[1]) for p in (REPO / "envs").glob("*.lock")
-                   if p.name.split(".")[1] in ACCELERATORS)
+    found = [(stack, accelerator) for stack, accelerator in stack_locks(REPO) if accelerator in ACCELERATORS]
     unknown = sorted(set(selected) - {f"{s}.{a}" for s, a in found})
     if unknown:
-        raise SystemExit(f"check-gpu-stacks: {unknown[0]}: no envs/{unknown[0]}.lock; allowed: "
+        raise SystemExit(f"check-gpu-stacks: {unknown[0]}: no such GPU lock in envs/; allowed: "
                          + ", ".join(f"{s}.{a}" for s, a in found))
     return [(s, a) for s, a in found if not selected or f"{s}.{a}" in selected]
 
@@ -113,7 +107,7 @@ def tiny_cells(stack: str, record: Path, out: Path) -> dict[str, str]:
 
 def check(stack: str, accelerator: str, base: Path, out: Path, keep: bool) -> dict:
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    lock = REPO / "envs" / f"{stack}.{accelerator}.lock"
+    lock = lock_path(stack, accelerator, REPO)
     row = {"lock": f"{stack}.{accelerator}"}
     started = time.monotonic()
     try:
@@ -123,7 +117,7 @@ def check(stack: str, accelerator: str, base: Path, out: Path, keep: bool) -> di
         return {**row, "built": f"failed: {error}"[:300]}
     row.update(built="ok", build_s=round(time.monotonic() - started), size_gb=round(info["size_bytes"] / 1e9, 2))
     pins = lockcheck.pinned(lock.read_text())
-    modules = [module for dist, module in FRAMEWORKS.items() if dist in pins]
+    modules = lock_modules(pins)
     found = inside(info["id"], modules)
     imports = found.get("imports", {})
     failed = [f"{m} ({v})" for m, v in imports.items() if v.startswith("error")]
@@ -137,6 +131,12 @@ def check(stack: str, accelerator: str, base: Path, out: Path, keep: bool) -> di
         subprocess.run(["podman", "rmi", "--force", info["image"]], capture_output=True,
                        env=host.client_env("podman"))
     return row
+
+
+def lock_modules(pins: dict[str, str]) -> list[str]:
+    """The modules to import in a lock's image: every adapter's packages (kbench.adapters._packages) the lock pins, as
+    the cells import them, each once."""
+    return list(dict.fromkeys(module for dist, module in _packages.modules().items() if dist in pins))
 
 
 def library_columns(found: dict) -> dict:

@@ -27,12 +27,13 @@ from pathlib import Path
 import yaml
 
 from kbench import cell, files
+from kbench.adapters import _packages
 from kbench.host import REPO
 from kbench.gpu import peaks, preflight
 from kbench.plan import matrix
 from kbench.results import flops
 from kbench.run import launch
-from kbench.stacks import envs
+from kbench.stacks import envs, lock_path
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "diffusers", "segment_anything", "keras", "keras_hub",
             "keras_cv", "keras_nlp", "jax", "tensorflow", "tf_keras", "numpy", "yaml", "pynvml")
@@ -48,10 +49,6 @@ PLAN = [
     ("bert", "predict", 256, "mixed_bfloat16", "native-torch-compiled"),
     ("bert", "fit", 32, "float32", "native-torch-eager"),
 ]
-# What each column needs importable in the interpreter.
-NEEDS = {"native_torch": ("torch", "transformers", "peft"), "keras3": ("keras", "keras_hub"),
-         "keras2": ("tensorflow", "tf_keras", "keras_nlp"), "synthetic": ("numpy",)}
-BACKEND_NEEDS = {"jax": ("jax",), "torch": ("torch",), "tensorflow": ("tensorflow",)}
 SANITY_SIZE = 8192
 PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/bin/python"
 
@@ -181,7 +178,8 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
     records_dir = out / "environments"
     for model, task, batch, precision_name, framework in plan:
         definition = config["framework_defs"][framework]
-        needs = NEEDS.get(definition["adapter"], ()) + BACKEND_NEEDS.get(definition["env"].get("KERAS_BACKEND"), ())
+        # what the column needs importable in the interpreter (kbench.adapters._packages)
+        needs = _packages.required_modules(definition["adapter"], definition["env"].get("KERAS_BACKEND"))
         missing = [p for p in needs if not found.get(p)]
         row = {"cell": f"{model} {task} bs{batch} {precision_name} {framework}"}
         remaining = deadline - time.monotonic()
@@ -197,7 +195,7 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
         stack = definition["stack"]
         record = records_dir / f"{stack}.{config['accelerator']}.json"
         if not record.exists():
-            envs.record_preinstalled(stack, config["accelerator"], REPO / "envs" / f"{stack}.{config['accelerator']}.lock",
+            envs.record_preinstalled(stack, config["accelerator"], lock_path(stack, config["accelerator"], REPO),
                                      python, record)
         target = out / "cells" / f"{spec.cell_id}.r1.json"
         result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec.cell_id}.r1.log",
