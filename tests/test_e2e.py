@@ -239,7 +239,7 @@ def no_accelerator(results, folder, framework):
     environment = records.read(results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json")
     out = folder / f"no-gpu-{framework}.json"
     argv = launch.command("podman", environment, out, gpu=False, name=f"kbench-test-{framework}")
-    subprocess.run(argv, input=json.dumps({"spec": spec, "context": {"runtime": "podman"}}), text=True,
+    subprocess.run(argv, input=json.dumps({"spec": spec.to_dict(), "context": {"runtime": "podman"}}), text=True,
                    env=launch.process_env("podman"), check=True, capture_output=True, timeout=600)
     return cell.read(out)
 
@@ -302,14 +302,14 @@ def test_llm_and_diffusion_families_ran_in_every_family_of_columns(families_run)
     runtime, models, frameworks, tables, results = families_run
     found = {result.cell_id: result for result in cells(results)}
     not_run = {(e["model"], e["task"], e["framework"]) for e in FAMILIES_NOT_RUN}
-    assert {(r.spec.model, r.spec.task, r.spec.framework) for r in found.values()} == {
+    assert {(r.cell_spec.model, r.cell_spec.task, r.cell_spec.framework) for r in found.values()} == {
         (model, task, framework) for model, tasks in (("gemma", ("fit", "generate")),
                                                       ("stable_diffusion", ("fit", "predict")))
         for task in tasks for framework in frameworks} - not_run
     for result in found.values():
-        if result.spec.model == "gemma":
-            assert result.spec.precision == "bfloat16"       # pure bf16: bf16 weights (asserted above)
-        if result.spec.task == "fit" and result.spec.model == "gemma":   # LoRA trains its factors only
+        if result.cell_spec.model == "gemma":
+            assert result.cell_spec.precision == "bfloat16"       # pure bf16: bf16 weights (asserted above)
+        if result.cell_spec.task == "fit" and result.cell_spec.model == "gemma":   # LoRA trains its factors only
             assert 0 < result.params["trainable"] < result.params["total"] / 10, result.params
     table = pd.read_csv(tables / "ms_per_step.csv")
     timed = table[frameworks].apply(lambda column: ~column.astype(str).str.startswith("n/a: not run in CI"))
@@ -328,7 +328,7 @@ def test_the_precision_studys_columns_ran_resnet50_at_every_precision_in_their_i
             assert timed.loc[framework, precision] or (framework, precision) in not_run, (framework, precision, text)
             assert text.startswith("n/a: not run in CI") == ((framework, precision) in not_run), text
     for result in cells(results):
-        spec, losses = result.spec, result.loss
+        spec, losses = result.cell_spec, result.loss
         assert result.status == "ok", (result.cell_id, result.error)
         assert result.cell_id.split("/")[-2] == spec.precision and result.provenance["runtime"] == "podman"
         assert math.isfinite(losses["first_timed_step"]) and math.isfinite(losses["last_timed_step"])
@@ -367,8 +367,8 @@ def test_cells_record_backend_environment_and_timing(tiny_run):
     runtime, models, frameworks, tables, results = tiny_run
     for result in cells(results):
         assert result.status == "ok", result.error
-        prov, framework_def = result.provenance, result.spec.framework_def
-        backend = BACKENDS[result.spec.framework]
+        prov, framework_def = result.provenance, result.cell_spec.framework_def
+        backend = BACKENDS[result.cell_spec.framework]
         distribution = {"paddle": "paddlepaddle"}.get(backend, backend)      # the backend's package on PyPI
         assert prov["runtime"] == runtime and prov["backend"] == backend and distribution in prov["packages"]
         package, version = FRAMEWORK_PACKAGE[framework_def["adapter"]]
@@ -403,7 +403,7 @@ def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
     found = cells(results)
     assert found
     for result in found:
-        spec, timing, prov = result.spec, result.timing, result.provenance
+        spec, timing, prov = result.cell_spec, result.timing, result.provenance
         where = result.cell_id
         assert result.status == "ok", (where, result.error)
         # the timed window: exactly the timed steps, each step's time accounted for once
@@ -452,7 +452,7 @@ def test_keras2_lora_that_trains_nothing_is_failed_not_timed(probes):
 def test_podman_cells_name_the_image_they_ran_in(podman_run):
     runtime, models, frameworks, tables, results = podman_run
     for result in cells(results):
-        stack, environment = result.spec.stack, result.provenance["environment"]
+        stack, environment = result.cell_spec.stack, result.provenance["environment"]
         record = json.loads((results / "images" / f"{stack}.cpu.json").read_text())
         assert environment["id"] == record["id"] and environment["kind"] == "image"
         assert record["image"].endswith(record["lock_sha256"].removeprefix("sha256:")[:16])
@@ -462,7 +462,7 @@ def test_podman_cells_name_the_image_they_ran_in(podman_run):
 def test_host_cells_name_the_venv_they_ran_in(host_run):
     runtime, models, frameworks, tables, results = host_run
     for result in cells(results):
-        stack, environment = result.spec.stack, result.provenance["environment"]
+        stack, environment = result.cell_spec.stack, result.provenance["environment"]
         assert environment["kind"] == "venv" and environment["prefix"].endswith(f".envs/{stack}.cpu")
 
 
@@ -503,11 +503,11 @@ def test_a_gpu_cell_whose_framework_finds_no_gpu_fails_as_no_accelerator(probes,
 def expected_evidence(result: cell.CellResult) -> dict:
     """What a cell must have done: its profile's settings, which come from config `settings` and the departures that
     profile keeps (a lora_dtype of "model" is the weights' dtype)."""
-    expected = dict(result.spec.settings)
+    expected = dict(result.cell_spec.settings)
     expected.pop("not_compilable", None)
-    expected["sync_blocks"] = min(expected["sync_blocks"], result.spec.steps.timed)
+    expected["sync_blocks"] = min(expected["sync_blocks"], result.cell_spec.steps.timed)
     if expected.get("lora_dtype") == "model":
-        expected["lora_dtype"] = result.spec.dtypes.weights
+        expected["lora_dtype"] = result.cell_spec.dtypes.weights
     return expected
 
 
@@ -519,7 +519,7 @@ def test_every_cell_did_what_its_profiles_settings_and_departures_say(any_run):
         expected, evidence = expected_evidence(result), result.evidence
         assert {"tf32", "warmup", "jit_compile"} <= set(evidence), (result.cell_id, evidence)
         assert {k: evidence.get(k) for k in expected} == expected, result.cell_id
-        if result.spec.task == "fit" and result.spec.adapter != "native_torch":
+        if result.cell_spec.task == "fit" and result.cell_spec.adapter != "native_torch":
             assert evidence["metrics"] == [], result.cell_id
 
 
@@ -548,14 +548,14 @@ def test_keras2_sam_predict_runs_without_xla_only_in_the_anchor_profile(podman_r
     assert strict.status == "ok" and strict.evidence["jit_compile"] is True, strict.error
     result = probes["keras2-sam-anchor"]
     assert result.status == "ok", result.error
-    assert result.evidence["jit_compile"] is False and result.evidence["warmup"] == result.spec.steps.warmup
+    assert result.evidence["jit_compile"] is False and result.evidence["warmup"] == result.cell_spec.steps.warmup
 
 
 def test_keras3_torch_compiles_in_the_strict_profile(probes):
     """keras3-torch-eager is the anchor's; strict compiles Keras on torch (torch.compile through Keras)."""
     result = probes["keras3-torch-strict"]
     assert result.status == "ok", result.error
-    assert result.evidence["jit_compile"] is True and result.spec.settings["jit_compile"] is True
+    assert result.evidence["jit_compile"] is True and result.cell_spec.settings["jit_compile"] is True
 
 
 def run_in_image(results, stack, *parts, timeout=600):
@@ -827,7 +827,7 @@ def test_paddle_columns_ran_resnet50_and_sd_and_say_what_to_static_ran(paddle_ru
     wheel has no CINN) and its graph breaks; trainable parameters as torchvision counts them (Paddle's batch-norm
     statistics are Parameters, left out)."""
     runtime, models, frameworks, tables, results = paddle_run
-    found = {(r.spec.model, r.spec.task, r.spec.precision, r.spec.framework): r for r in cells(results)}
+    found = {(r.cell_spec.model, r.cell_spec.task, r.cell_spec.precision, r.cell_spec.framework): r for r in cells(results)}
     assert set(found) == {(m, t, p, f) for m, t, p in (("resnet50", "fit", "float32"),
                                                        ("stable_diffusion", "fit", "float32"),
                                                        ("stable_diffusion", "predict", "float32")) for f in PADDLE}
@@ -857,8 +857,8 @@ def test_paddle_mixed_precision_on_a_cpu_is_planned_not_applicable(paddle_run):
     fail such a cell stays for what is not known (next test, and tests/test_launch.py)."""
     runtime, models, frameworks, tables, results = paddle_run
     records = [cell.read(path) for path in sorted((results / "cells").rglob("*.json"))]
-    mixed = [r for r in records if r.spec.precision == "mixed_float16"]
-    assert len(mixed) == 2 and not any(r.spec.precision == "mixed_float16" for r in cells(results))
+    mixed = [r for r in records if r.cell_spec.precision == "mixed_float16"]
+    assert len(mixed) == 2 and not any(r.cell_spec.precision == "mixed_float16" for r in cells(results))
     assert mixed and all(r.status == "unsupported" and r.error["type"] == "NotApplicable"
                          and "auto_cast on a CPU computes float32" in r.error["message"] for r in mixed)
     assert all(r.timing is None and r.provenance.get("runtime") is None for r in mixed)
@@ -917,14 +917,14 @@ def test_the_batch_study_fits_its_ladder_and_says_its_verdict(podman_run):
 def test_the_tuned_profile_runs_its_settings_and_reports_each_columns_gain(tuned_run, podman_run):
     """Only the tuned cells ran (the strict ones are the podman run's), each did what its tuned settings say, and the
     gain table, its verdict and the departures page are there."""
-    tuned = {r.cell_id: r for r in cells(tuned_run) if r.spec.profile == "tuned"}
+    tuned = {r.cell_id: r for r in cells(tuned_run) if r.cell_spec.profile == "tuned"}
     ran = {k: r for k, r in tuned.items() if "/fit/" in k}
     assert sorted(ran) == sorted(f"tiny/tuned/bert/fit/bs32/float32/{f}" for f in TUNED_COLUMNS)
     assert all(r.status == "ok" for r in ran.values()), {k: r.error for k, r in ran.items()}
     native_fit = tuned["tiny/tuned/bert/fit/bs32/float32/native-torch-eager"]
-    assert native_fit.spec.settings["fused_optimizer"] is True and native_fit.evidence["fused_optimizer"] is True
-    assert tuned["tiny/tuned/bert/fit/bs32/float32/keras3-jax"].spec.settings == cell.read(
-        tuned_run / "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json").spec.settings
+    assert native_fit.cell_spec.settings["fused_optimizer"] is True and native_fit.evidence["fused_optimizer"] is True
+    assert tuned["tiny/tuned/bert/fit/bs32/float32/keras3-jax"].cell_spec.settings == cell.read(
+        tuned_run / "cells/tiny/strict/bert/fit/bs32/float32/keras3-jax.r1.json").cell_spec.settings
     strict = cell.read(tuned_run / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-eager.r1.json")
     assert strict.evidence["fused_optimizer"] is False
     assert strict == cell.read(podman_run[-1] / "cells/tiny/strict/bert/fit/bs32/float32/native-torch-eager.r1.json")

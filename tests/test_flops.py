@@ -247,6 +247,7 @@ COUNTER_SCRIPT = textwrap.dedent('''
     import torch
     from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
     from kbench import adapters
+    from kbench.spec import CellSpec
 
     aten = torch.ops.aten
 
@@ -274,7 +275,7 @@ COUNTER_SCRIPT = textwrap.dedent('''
     adapter = adapters.load("native_torch")
     for case in CASES:
         try:
-            workload = adapters.build(adapter, case["spec"])
+            workload = adapters.build(adapter, CellSpec.from_dict(case["spec"]))
             workload.step()                                    # lazy initialisation, outside the count
             counter = FlopCounterMode(display=False, custom_mapping=CUSTOM)
             assert hasattr(counter, "mod_tracker")
@@ -320,6 +321,7 @@ def native_torch_image(tmp_path_factory, built):
 
 def run_counter(image_id, cases):
     """One container start: every case counted by FlopCounterMode around one step. -> {name: result}"""
+    cases = [{**case, "spec": case["spec"].to_dict()} for case in cases]      # a CellSpec crosses as its JSON form
     script = f"import json\nCASES = json.loads({json.dumps(cases)!r})\n" + COUNTER_SCRIPT
     argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
             f"--volume={REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro", image_id, "python", "-"]

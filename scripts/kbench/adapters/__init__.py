@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kbench.models import family
+from kbench.spec import CellSpec
 
 
 class NotSupported(Exception):
@@ -115,7 +116,7 @@ def refuse(adapter, spec: dict) -> None:
         adapter.refuse(spec)
 
 
-def build(adapter, spec: dict) -> Workload:
+def build(adapter, spec: CellSpec) -> Workload:
     """The adapter's workload for the cell, or NotSupported naming what the adapter does run."""
     if not supports(adapter, spec.model, spec.task):
         runs = "; ".join(f"{model} {'/'.join(tasks)}" for model, tasks in adapter.MODELS.items())
