@@ -96,6 +96,20 @@ def test_a_not_applicable_rule_with_a_precision_takes_that_precision_only(config
     assert found == {"float32": None, "tf32": None, "mixed_float16": "no", "mixed_bfloat16": None}
 
 
+@pytest.mark.parametrize("accelerator", ["gpu", "gpu-cuda12"])
+def test_a_keras3_jax_gpu_cell_may_take_the_whole_device_as_the_other_columns_may(config, accelerator):
+    """With preallocation off XLA's allocator still stops at its default fraction, 75% of the GPU, where torch's may
+    take all of it: a keras3-jax GPU cell's env sets the fraction to the whole device (the name jaxlib 0.10.2 reads;
+    its deprecated name beside it would be an error), and a CPU cell's env has no GPU settings at all."""
+    config["accelerator"] = accelerator
+    spec = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax")
+    assert spec.env.get("XLA_CLIENT_MEM_FRACTION") == "1.0" and spec.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in spec.env
+    config["accelerator"] = "cpu"
+    on_cpu = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax")
+    assert not {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "JAX_PLATFORMS"} & set(on_cpu.env)
+
+
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
     assert spec.size == "tiny" and dataclasses.asdict(spec.steps) == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],
