@@ -87,13 +87,18 @@ def fake_jax(monkeypatch, calls):
     return _hooks.jax_hooks()
 
 
-def test_jax_float32_cells_get_the_f32_algorithm_preset_and_half_precision_cells_no_precision(monkeypatch, calls):
-    """A global "highest" tags every dot, bf16 too (no Triton GEMM fusion; jax issue 34917's crash inside while
-    loops, keras-hub's generate): only float32-compute cells get a precision, as the F32_F32_F32 preset; a
-    half-precision cell gets JAX's default back (None), since one process may run a float32 cell before it (the
-    equivalence job); library-default touches nothing."""
+def test_jax_float32_cells_get_highest_generate_cells_the_f32_preset_and_half_precision_cells_none(monkeypatch,
+                                                                                                   calls):
+    """A global precision tags every dot, bf16 too (no Triton GEMM fusion): only float32-compute cells get one,
+    "highest" (it reaches convolutions, the F32_F32_F32 preset does not), and a generate cell the preset (jax issue
+    34917's crash on a non-default precision inside while loops, keras-hub's generate); a half-precision cell gets
+    JAX's default back (None), since one process may run a float32 cell before it (the equivalence job);
+    library-default touches nothing."""
     hooks = fake_jax(monkeypatch, calls)
-    hooks["set_tf32"]("off", "float32")
+    hooks["set_tf32"]("off", "float32", "fit")
+    assert calls.calls == [("config.update", ("jax_default_matmul_precision", "highest"))]
+    calls.calls.clear()
+    hooks["set_tf32"]("off", "float32", "generate")
     assert calls.calls == [("config.update", ("jax_default_matmul_precision", "F32_F32_F32"))]
     calls.calls.clear()
     for compute in ("bfloat16", "float16"):

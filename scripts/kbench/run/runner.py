@@ -291,10 +291,12 @@ def check_device(spec: CellSpec, backend) -> None:
 
 
 def set_and_probe_numerics(spec: CellSpec, backend) -> dict:
-    """The framework's own float32 switches as the spec's tf32 setting says, then the probe of what a float32
-    matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
-    switches = backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute)
-    return {"tf32": spec.settings["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
+    """The framework's own float32 switches as the spec's tf32 setting says (given its compute dtype and task), then
+    the probes of what a float32 matmul and, where the backend has one, a float32 convolution really get on this
+    device (numerics.check fails a float32 cell meant to be float32 that is not)."""
+    switches = backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute, spec.task)
+    return {"tf32": spec.settings["tf32"], "precision_switches": switches,
+            "probe": numerics.probe(backend.matmul, getattr(backend, "conv", None))}
 
 
 BUSY_STEPS = 10
