@@ -2,10 +2,12 @@
 has none of them): a hook that stopped calling its framework's own sync would let async device work escape the
 timed window on a GPU, and no CPU timing would show it."""
 import sys
+import textwrap
 import types
 
 import pytest
 
+from conftest import image_record, python_in_image
 from kbench import timing
 from kbench.adapters import _hooks, synthetic
 
@@ -107,3 +109,95 @@ def test_jax_float32_cells_get_highest_generate_cells_the_f32_preset_and_half_pr
     calls.calls.clear()
     hooks["set_tf32"]("library-default", "float32")
     assert calls.calls == []
+
+
+class FakeProfile:
+    """torch.profiler.profile as the hook drives it: a schedule of one warm-up step and one recorded step; the events
+    of the recorded step only (torch discards the warm-up's). kineto_stops: the step at which Kineto reports itself
+    stopped (torch.autograd._is_kineto_stopped), as at its CUPTI buffer limit."""
+
+    def __init__(self, log, activities, schedule):
+        self.log, self.step_num = log, 0
+        self.log.append(("profile", tuple(activities), schedule))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append(("exit", self.step_num))
+        return False
+
+    def step(self):
+        self.step_num += 1
+        self.log.append(("step", self.step_num))
+
+    def events(self):
+        event = lambda kind, start, end: types.SimpleNamespace(device_type=kind, time_range=types.SimpleNamespace(  # noqa: E731
+            start=start, end=end))
+        return [event("CUDA", 1000, 4000), event("CPU", 0, 9000), event("CUDA", 5000, 8000)]
+
+
+def fake_torch_profiler(monkeypatch, log, stopped):
+    autograd = types.SimpleNamespace(DeviceType=types.SimpleNamespace(CUDA="CUDA", CPU="CPU"))
+    if stopped is not None:
+        autograd._is_kineto_stopped = lambda: stopped
+    profiler = types.SimpleNamespace(
+        ProfilerActivity=types.SimpleNamespace(CUDA="activity CUDA", CPU="activity CPU"),
+        schedule=lambda **kwargs: kwargs, profile=lambda activities, schedule: FakeProfile(log, activities, schedule))
+    install(monkeypatch, "torch", types.SimpleNamespace(autograd=autograd, profiler=profiler))
+    install(monkeypatch, "torch.autograd", autograd)
+    install(monkeypatch, "torch.profiler", profiler)
+
+
+@pytest.mark.parametrize("stopped", [True, False, None])
+def test_torch_profiles_a_discarded_warm_step_then_the_steps_and_reports_a_stopped_kineto(monkeypatch, stopped):
+    """The warm step runs as the schedule's warm-up (its activities discarded), the steps as its one recorded step;
+    the CUDA activities come back in ms. A Kineto that stopped collecting (torch 2.13's _is_kineto_stopped; an older
+    torch has no such call: None) is reported, never returned as a short list that reads as an idle device."""
+    log = []
+    fake_torch_profiler(monkeypatch, log, stopped)
+    found = _hooks.torch_activities(lambda: log.append("warm"), lambda: log.append("run"))
+    assert log == [("profile", ("activity CUDA",), {"wait": 0, "warmup": 1, "active": 1, "repeat": 1}),
+                   "warm", ("step", 1), "run", ("step", 2), ("exit", 2)]
+    assert found.intervals == [(1.0, 4.0), (5.0, 8.0)]
+    assert (found.stopped is not None) is bool(stopped)
+    if stopped:
+        assert "_is_kineto_stopped" in found.stopped
+
+
+# ---------------------------------------------------------------- e2e: the schedule on a real torch (CPU activity)
+
+# Runs inside the native-torch image (a CPU torch: its CPU activity stands in for CUDA's, same schedule).
+TORCH_SCHEDULE = textwrap.dedent('''
+    import json, torch
+    from kbench.adapters import _hooks
+
+    a = torch.ones(64, 64)
+
+    def matmuls(n):
+        def run():
+            for _ in range(n):
+                torch.mm(a, a)
+        return run
+
+    alone = _hooks.torch_activities(lambda: None, matmuls(2), activity="CPU")
+    after_warm = _hooks.torch_activities(matmuls(7), matmuls(2), activity="CPU")
+    print("SCHEDULE " + json.dumps({"alone": len(alone.intervals), "after_warm": len(after_warm.intervals),
+                                    "stopped": after_warm.stopped,
+                                    "kineto_check": hasattr(torch.autograd, "_is_kineto_stopped")}), flush=True)
+''')
+
+
+@pytest.fixture(scope="module")
+def native_torch_image(tmp_path_factory, built):
+    return image_record(tmp_path_factory, built, "native-torch")
+
+
+@pytest.mark.e2e
+def test_torchs_profiler_schedule_discards_the_warm_steps_activities(native_torch_image):
+    """On the locked torch: the warm step's 7 matmuls run under the schedule's warm-up and are not among the
+    activities (as many as the 2 matmuls profiled alone give), and its Kineto has _is_kineto_stopped. The CUDA
+    activity is the GPU's: not yet run on a GPU."""
+    found = python_in_image(native_torch_image, TORCH_SCHEDULE, "SCHEDULE")
+    assert found["alone"] > 0 and found["after_warm"] == found["alone"], found
+    assert found["stopped"] is None and found["kineto_check"] is True

@@ -1,18 +1,14 @@
 """The float32 probe's classifier on products computed in lower precision (inputs rounded as a TF32 or bfloat16 unit
 rounds them), and a cell whose probe says TF32 although TF32 was switched off; (e2e) what a float32 JAX cell's setting
 lowers a convolution to, in the keras3-jax image."""
-import json
-import subprocess
 import textwrap
 import types
 
 import numpy as np
 import pytest
 
-import prebuild
-from conftest import snakemake
-from kbench import host, numerics, records
-from kbench.run import launch
+from conftest import image_record, python_in_image
+from kbench import numerics
 
 
 def product(bits=None, output_bits=None):
@@ -171,15 +167,7 @@ JAX_LOWERING = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def keras3_jax_image(tmp_path_factory, built):
-    """The keras3-jax podman image record (the session's, conftest.built; built through the workflow where it is
-    missing)."""
-    results = tmp_path_factory.mktemp("results-numerics")
-    prebuild.seed(built, results, prebuild.needs("podman", ["keras3-jax"]))
-    target = results / records.path("podman", "keras3-jax", "cpu")
-    proc = snakemake(str(target), "--cores", "all", "--config", "accelerator=cpu", "runtime=podman",
-                     f"results_dir={results}", timeout=3600)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return records.read(target)
+    return image_record(tmp_path_factory, built, "keras3-jax")
 
 
 def convolutions(hlo: str) -> list[str]:
@@ -192,13 +180,7 @@ def test_a_float32_jax_cells_setting_lowers_its_convolutions_at_precision_highes
     precision HIGHEST, where the F32_F32_F32 dot preset (kept for generate, jax issue 34917) lowers a convolution at
     DEFAULT, which XLA:GPU may run in TF32. A CPU cannot show TF32 (both probes say fp32 here); what a GPU runs at
     HIGHEST is the GPU's: not yet run on a GPU."""
-    argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
-            f"--volume={launch.REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", keras3_jax_image["id"], "python", "-"]
-    proc = subprocess.run(argv, input=JAX_LOWERING, text=True, capture_output=True, timeout=900,
-                          env=launch.process_env("podman"))
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("LOWERED ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
-    found = json.loads(lines[0][len("LOWERED "):])
+    found = python_in_image(keras3_jax_image, JAX_LOWERING, "LOWERED")
     fit, generate = found["fit"], found["generate"]
     assert fit["switches"] == {"jax_default_matmul_precision": "highest"}
     for hlo in (fit["conv"], fit["keras_conv"]):

@@ -78,9 +78,10 @@ class Backend:
     # The framework's own compile counters now (graphs compiled, graph breaks, CUDA-graph skips, XLA compiles): the
     # runner reads them before and after the timed window; {} where the framework exposes none.
     compile_counters: Callable[[], dict] = dict
-    # activities(run): run() under the framework's device profiler, every device activity's (start_ms, end_ms)
+    # activities(warm, run): warm() then run() under the framework's device profiler, warm's activities discarded;
+    # run's (start_ms, end_ms) as a kbench.timing.Profiled, with why the profiler stopped early where it did
     # (kbench.timing.device_busy); None where it has none here (a CPU has no device apart from the host).
-    activities: Callable[[Callable[[], None]], list[tuple[float, float]]] | None = None
+    activities: Callable[[Callable[[], None], Callable[[], None]], Any] | None = None
     # conv(x, w): a float32 convolution on the cell's device (NHWC input, HWIO kernel, stride 1, no padding), back
     # as NumPy (kbench.numerics probe); None where the backend has no such probe
     conv: Callable[[Any, Any], Any] | None = None

@@ -8,7 +8,7 @@ import importlib.metadata
 
 import numpy as np
 
-from kbench import numerics
+from kbench import numerics, timing
 from kbench.adapters import NoAccelerator
 
 
@@ -173,15 +173,28 @@ def torch_hooks() -> dict:
             "activities": torch_activities if cuda else None}
 
 
-def torch_activities(run) -> list[tuple[float, float]]:
+def torch_activities(warm, run, activity: str = "CUDA") -> timing.Profiled:
     """The kernels and copies CUPTI saw while run() ran (torch.profiler with the CUDA activity alone: no host ops
-    recorded), as (start_ms, end_ms)."""
+    recorded), as (start_ms, end_ms). warm() runs first under the profiler as its schedule's warm-up step, whose
+    activities torch discards (the profiler's start-up and the first profiled launches). Where torch has
+    torch.autograd._is_kineto_stopped (2.13), a Kineto that stopped collecting while run() ran (its CUPTI buffer
+    limit, reached without an error) is reported: the activities are then short of the steps. activity: the
+    profiler's activity and the events' device type kept (CPU in the tests of the schedule on a CPU-only torch)."""
+    import torch
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    from torch.profiler import ProfilerActivity, profile, schedule
+    is_stopped = getattr(torch.autograd, "_is_kineto_stopped", None)
+    with profile(activities=[getattr(ProfilerActivity, activity)],
+                 schedule=schedule(wait=0, warmup=1, active=1, repeat=1)) as prof:
+        warm()
+        prof.step()            # the warm-up step ends: recording starts
         run()
-    return [(e.time_range.start / 1e3, e.time_range.end / 1e3) for e in prof.events()
-            if e.device_type == DeviceType.CUDA]
+        stopped = bool(is_stopped and is_stopped())
+        prof.step()            # the recorded step ends: the trace is collected
+    kind = getattr(DeviceType, activity)
+    intervals = [(e.time_range.start / 1e3, e.time_range.end / 1e3) for e in prof.events() if e.device_type == kind]
+    return timing.Profiled(intervals, "Kineto stopped collecting device activities while the steps ran "
+                                      "(torch.autograd._is_kineto_stopped(): its CUPTI buffer limit)" if stopped else None)
 
 
 def dynamo_counters(torch) -> dict:

@@ -209,11 +209,15 @@ def run(spec, context: dict) -> cell.CellResult:
                                keep=workload.keep, blocks=spec.steps.blocks, on_window=on_window,
                                on_warmup_step=progress.warmup_step)
         progress(f"timed window closed after {duration(steps.window_ms)}: {steps.summary()['mean_ms']:.2f} ms/step")
-        memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes())
+        # the host's peak before the device profiler runs: it imports its own modules (on torch, dynamo's and
+        # Inductor's too) and parses its events, which an eager cell's steps never needed
+        memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes(),
+                      peak_host_rss_bytes=peak_rss_bytes(), peak_host_rss_read="after the timed window, before the "
+                                                                            "device profiler")
         losses = timed_losses(spec, steps)
         check_losses(losses)
         check_dtypes(spec, workload.dtypes())
-        busy = device_busy(spec, backend, workload, sync)
+        busy = device_busy(spec, backend, workload, sync, steps.window_ms / len(steps.step_ms))
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
@@ -236,9 +240,9 @@ def run(spec, context: dict) -> cell.CellResult:
         result.numerics = {**(numerics_record or {}),
                            **{f"{kind}_dtype": name for kind, name in workload.dtypes().items()}}
     result.loss = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
-    result.memory = {"peak_host_rss_bytes": peak_rss_bytes(),
+    result.memory = {"peak_host_rss_bytes": peak_rss_bytes(), "peak_host_rss_read": "at the cell's end",
                      "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None,
-                     **memory}
+                     **memory}        # an ok cell's host peak: read before the device profiler (above)
     if backend:
         result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
                                  sync=backend.sync_name, memory_policy=backend.memory_policy,
@@ -302,15 +306,18 @@ def set_and_probe_numerics(spec: CellSpec, backend) -> dict:
 BUSY_STEPS = 10
 
 
-def device_busy(spec: CellSpec, backend, workload, sync) -> dict:
-    """The device-busy share of a few steps run after the window (kbench.timing.device_busy): a direct measure of the
-    host's part of a step beside the batch study's fixed cost. Never fails the cell: its time is already measured."""
+def device_busy(spec: CellSpec, backend, workload, sync, window_ms_per_step: float) -> dict:
+    """The device-busy share (kbench.timing.device_busy): the device-busy time per step of a few steps profiled after
+    the window (one warm profiled step first, discarded) over the window's own, unprofiled ms/step: a direct measure
+    of the host's part of a step beside the batch study's fixed cost. Never fails the cell: its time is already
+    measured."""
     kind = backend.device()["kind"]
     if backend.activities is None:
         return {"share": None, "reason": f"{backend.name} on {kind}: no device profiler here"
                 + (" (a CPU step is host work throughout)" if kind == "cpu" else "")}
     try:
-        return timing.device_busy(workload.step, sync, min(BUSY_STEPS, spec.steps.timed), backend.activities)
+        return timing.device_busy(workload.step, sync, min(BUSY_STEPS, spec.steps.timed), backend.activities,
+                                  window_ms_per_step)
     except Exception as exc:     # the profiler, not the step: the window's figures stand
         return {"share": None, "reason": f"the device profiler failed: {type(exc).__name__}: {str(exc)[:300]}"}
 
