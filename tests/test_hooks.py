@@ -201,3 +201,15 @@ def test_torchs_profiler_schedule_discards_the_warm_steps_activities(native_torc
     found = python_in_image(native_torch_image, TORCH_SCHEDULE, "SCHEDULE")
     assert found["alone"] > 0 and found["after_warm"] == found["alone"], found
     assert found["stopped"] is None and found["kineto_check"] is True
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_torch_reports_the_uuid_cuda_gives_its_device(monkeypatch, cuda):
+    """What the runner compares with the launcher's lease (kbench.run.runner.check_device_identity): the device's UUID
+    from CUDA's own properties of device 0, the one the cell computes on; none on a CPU."""
+    props = types.SimpleNamespace(uuid="8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f")
+    fake_cuda = types.SimpleNamespace(is_available=lambda: cuda, get_device_name=lambda i: "NVIDIA H100 80GB HBM3",
+                                      device_count=lambda: int(cuda), get_device_properties=lambda i: [props][i])
+    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda, version=types.SimpleNamespace(cuda="12.8")))
+    found = _hooks.torch_hooks()["device"]()
+    assert found["uuid"] == ("8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f" if cuda else None)

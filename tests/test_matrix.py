@@ -110,6 +110,19 @@ def test_a_keras3_jax_gpu_cell_may_take_the_whole_device_as_the_other_columns_ma
     assert not {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "JAX_PLATFORMS"} & set(on_cpu.env)
 
 
+@pytest.mark.parametrize("accelerator", ["gpu", "gpu-cuda12", "cpu"])
+def test_every_gpu_cell_numbers_its_devices_in_pci_order_as_nvml_does(config, accelerator):
+    """CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML and nvidia-smi by PCI bus: a
+    CUDA_VISIBLE_DEVICES index would name another GPU for the framework than for NVML and the lease. Every GPU cell
+    (and the equivalence and JAX-NumPy jobs, which take the same env) sets the order; a CPU cell has no GPU settings."""
+    config["accelerator"] = accelerator
+    envs = [matrix.spec(config, "tiny", "bert", "fit", 32, "float32", framework).env
+            for framework in config["frameworks"]]
+    assert [env.get("CUDA_DEVICE_ORDER") for env in envs] == [None if accelerator == "cpu" else "PCI_BUS_ID"] * len(envs)
+    job = matrix.equivalence_job(config, "tiny", "strict", "bert", "keras3-jax")
+    assert job["env"].get("CUDA_DEVICE_ORDER") == (None if accelerator == "cpu" else "PCI_BUS_ID")
+
+
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
     assert spec.size == "tiny" and dataclasses.asdict(spec.steps) == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],
@@ -118,7 +131,7 @@ def test_spec_resolves_size_steps_and_task_options(config):
     assert spec.task_options == {"prompt_length": 5, "new_tokens": 45}
     assert spec.precision == "bfloat16"
     assert spec.framework_def["env"] == {"KERAS_BACKEND": "torch"}
-    assert spec.env == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch"}
+    assert spec.env == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert spec.cell_id == "tiny/strict/gemma/generate/bs1/bfloat16/keras3-torch" and spec.profile == "strict"
 
 

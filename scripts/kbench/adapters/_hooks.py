@@ -160,8 +160,12 @@ def torch_hooks() -> dict:
         return cuda
 
     def device():
+        # the device's UUID as CUDA itself reports it (torch's form: no GPU-/MIG- prefix): the runner checks it is
+        # the one the launcher leased
+        props = torch.cuda.get_device_properties(0) if cuda else None
         return {"kind": "gpu" if cuda else "cpu", "name": torch.cuda.get_device_name(0) if cuda else "cpu",
-                "count": torch.cuda.device_count(), "platform_version": torch.version.cuda}
+                "count": torch.cuda.device_count(), "platform_version": torch.version.cuda,
+                "uuid": str(props.uuid) if getattr(props, "uuid", None) is not None else None}
     return {"sync": (lambda _: torch.cuda.synchronize()) if cuda else (lambda _: None),
             "sync_name": "torch.cuda.synchronize" if cuda else "none: torch runs synchronously on a CPU",
             "device": device, "set_tf32": set_tf32, "matmul": matmul, "conv": conv,

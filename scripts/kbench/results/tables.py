@@ -126,8 +126,10 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
     per_second = 1e3 / estimate.ms
     classes = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0], ok.precision_switches.iloc[0],
                                {"NVIDIA_TF32_OVERRIDE": first.tf32_override})
-    # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none)
-    device = first.gpu_name if isinstance(first.gpu_name, str) else first.device
+    # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none); a MIG instance has a
+    # part of the chip, and no peak of its own in kbench.gpu.peaks: no MFU rather than the whole GPU's
+    mig = first.get("mig")
+    device = None if pd.notna(mig) and bool(mig) else first.gpu_name if isinstance(first.gpu_name, str) else first.device
     least_s = peaks.peak_seconds(device, flops.by_kind(shape), classes) if known else None
     tflops = flop_count * per_second / 1e12 if flop_count else None
     flags = cell_flags(first, ok)
