@@ -132,8 +132,8 @@ class FakeProfile:
         self.log.append(("step", self.step_num))
 
     def events(self):
-        event = lambda kind, start, end: types.SimpleNamespace(device_type=kind, time_range=types.SimpleNamespace(  # noqa: E731
-            start=start, end=end))
+        def event(kind, start, end):
+            return types.SimpleNamespace(device_type=kind, time_range=types.SimpleNamespace(start=start, end=end))
         return [event("CUDA", 1000, 4000), event("CPU", 0, 9000), event("CUDA", 5000, 8000)]
 
 

@@ -111,9 +111,9 @@ def device_busy(step: Callable[[], Any], sync: Callable[[Any], None], steps: int
     launch) and returns run's as a Profiled.
 
     The profiled steps' own ms/step is kept beside it (profiler_overhead: profiled over unprofiled ms/step): the
-    profiler lengthens the host's part of a step (torch.compile's Inductor wraps every Triton launch in a profiler
-    record while profiling, eager torch does not), so a share over the profiled wall would read compiled columns
-    less busy than eager ones. The kernels' own durations are the device's either way. The share is capped at 1 (the
+    profiler lengthens the host's part of a step, and unevenly (torch.compile's Inductor wraps every Triton launch in
+    a profiler record while profiling), so a share over the profiled wall would read compiled columns less busy than
+    eager ones. The kernels' own durations are the device's either way. The share is capped at 1 (the
     profiler's clock is not the window's). None, with the reason, where the profiler stopped collecting early or
     recorded nothing: never 0.0, which would read as a measured idle device."""
     wall, ran = [], []

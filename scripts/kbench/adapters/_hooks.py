@@ -1,7 +1,7 @@
 """Backend hooks shared by the adapters, one set per compute backend (jax, tensorflow, torch): device sync, the device
 the framework really runs on, the float32 precision switches, a float32 matmul and convolution on the cell's device
-(the numerics probes), peak device memory and its reset, and installed package versions. An adapter picks the hooks of the compute
-backend it runs on."""
+(the numerics probes), peak device memory and its reset, and installed package versions. An adapter picks the hooks
+of the compute backend it runs on."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -197,8 +197,9 @@ def torch_activities(warm, run, activity: str = "CUDA") -> timing.Profiled:
         prof.step()            # the recorded step ends: the trace is collected
     kind = getattr(DeviceType, activity)
     intervals = [(e.time_range.start / 1e3, e.time_range.end / 1e3) for e in prof.events() if e.device_type == kind]
-    return timing.Profiled(intervals, "Kineto stopped collecting device activities while the steps ran "
-                                      "(torch.autograd._is_kineto_stopped(): its CUPTI buffer limit)" if stopped else None)
+    why = ("Kineto stopped collecting device activities while the steps ran (torch.autograd._is_kineto_stopped(): "
+           "its CUPTI buffer limit)")
+    return timing.Profiled(intervals, why if stopped else None)
 
 
 def dynamo_counters(torch) -> dict:

@@ -129,7 +129,8 @@ def summarize_cell(repeats: pd.DataFrame) -> dict:
     # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none); a MIG instance has a
     # part of the chip, and no peak of its own in kbench.gpu.peaks: no MFU rather than the whole GPU's
     mig = first.get("mig")
-    device = None if pd.notna(mig) and bool(mig) else first.gpu_name if isinstance(first.gpu_name, str) else first.device
+    device = None if pd.notna(mig) and bool(mig) else (
+        first.gpu_name if isinstance(first.gpu_name, str) else first.device)
     least_s = peaks.peak_seconds(device, flops.by_kind(shape), classes) if known else None
     tflops = flop_count * per_second / 1e12 if flop_count else None
     flags = cell_flags(first, ok)
