@@ -253,6 +253,19 @@ def test_a_float32_cell_whose_matmul_is_tf32_is_failed(tmp_path, driver_environm
     assert result.status == "ok" and result.numerics["probe"]["observed_class"] == "tf32"
 
 
+def test_a_float32_cell_whose_convolution_is_tf32_is_failed_though_its_matmul_is_float32(tmp_path,
+                                                                                         driver_environment):
+    """A framework whose switch reaches its matmuls but not its convolutions (JAX's F32_F32_F32 dot preset): the
+    convolution probe beside the matmul probe fails the float32 cell."""
+    spec = synthetic_spec()
+    spec = spec.replace(env={"KBENCH_SYNTHETIC_CONV": "tf32"})
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "failed" and result.error["type"] == "ReducedPrecision", result.error
+    assert result.error["message"].startswith("float32 convolution probe says tf32")
+    probe = result.numerics["probe"]
+    assert probe["observed_class"] == "fp32" and probe["conv_class"] == "tf32" and result.timing is None
+
+
 def test_the_first_losses_survive_steps_that_reuse_their_output_memory(tmp_path, driver_environment):
     """A CUDA-graph replay overwrites the tensors the last replay returned: the synthetic fit returns one buffer
     that every step overwrites, and the workload keeps a copy of the first."""
