@@ -568,9 +568,38 @@ def test_exit_statuses_are_decoded(returncode, memory_limit_mb, message):
     assert launch.exit_failure(returncode, memory_limit_mb)["message"] == message
 
 
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
+def test_a_container_the_kernel_oom_killed_reads_oom_and_stops_the_ladder(tmp_path, monkeypatch, runtime):
+    """The container's client exits 137 and its inspect says State.OOMKilled: the cell is `oom` (as a framework's own
+    out-of-memory error), so the batch study's next rung is not run; a plain SIGKILL without OOMKilled stays failed."""
+    tool = tmp_path / "bin" / runtime
+    tool.parent.mkdir()
+    tool.write_text(f"""#!/bin/sh
+case "$1" in
+  run) cat >/dev/null; exit 137 ;;
+  inspect) cat {tmp_path}/oom_killed ;;
+esac
+exit 0
+""")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    record = tmp_path / "image.json"
+    record.write_text(json.dumps({"kind": "image", "id": "sha256:aa"}))
+    (tmp_path / "oom_killed").write_text("true\n")
+    result = launch.run_cell(synthetic_spec(), runtime, record, tmp_path / "cell.json", tmp_path / "cell.log",
+                             launch.Options(timeout_s=30, memory_mb=256))
+    assert (result.status, result.error["type"]) == ("oom", "OutOfMemory"), result.error
+    assert result.error["message"] == "the kernel killed the cell for memory (container OOMKilled)"
+    assert launch.ladder_stopped(result)["message"] == ("not run: batch 4 already ran out of memory (OutOfMemory)")
+    (tmp_path / "oom_killed").write_text("false\n")
+    result = launch.run_cell(synthetic_spec(), runtime, record, tmp_path / "cell.json", tmp_path / "cell.log",
+                             launch.Options(timeout_s=30, memory_mb=256))
+    assert (result.status, result.error["type"]) == ("failed", "Killed") and launch.ladder_stopped(result) is None
+
+
 @pytest.mark.parametrize("runtime, flags", [
     ("podman", ["--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3"]),
-    ("docker", ["--gpus", "device=1,3"]),
+    ("docker", ["--gpus", '"device=1,3"']),
     ("apptainer", ["--nv", "--env", "CUDA_VISIBLE_DEVICES=1,3"]),
 ])
 def test_a_slurm_job_hands_only_its_allocation_to_the_container(runtime, flags, monkeypatch):

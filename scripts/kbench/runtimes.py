@@ -161,9 +161,10 @@ RUNTIMES = {runtime.name: runtime for runtime in (
             # CDI: one device name per allocated GPU
             gpu_flags=lambda gpus: [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}")],
             gpu_name=lambda device: device["index"], client="podman", image_probe=("image", "exists")),
-    # the same image loaded into docker
+    # the same image loaded into docker. `--gpus` reads its value as one CSV record: device=1,3 would be two fields
+    # (docker: "unexpected key '3'"), so the device list goes in CSV quotes, one argv element, no shell between
     Runtime("docker", "images/{stack}.{accelerator}.docker.json", _container_run("docker"), _ID,
-            gpu_flags=lambda gpus: ["--gpus", f"device={','.join(gpus)}" if gpus else "all"],
+            gpu_flags=lambda gpus: ["--gpus", f'"device={",".join(gpus)}"' if gpus else "all"],
             client="docker", image_probe=("image", "inspect")),
     # the same image built into a SIF
     Runtime("apptainer", "images/{stack}.{accelerator}.sif.json", _apptainer, lambda environment: environment["sif"],

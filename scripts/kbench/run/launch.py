@@ -4,7 +4,7 @@ interpreter, podman, docker or apptainer: its command line and environment are t
 run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
 log, and guarantees a result JSON whatever happens: a process that crashes, is killed, runs out of memory or time,
 or cannot even be started (a missing runtime binary, an unreadable record) becomes a `failed` cell with the reason
-decoded, so the rest of the run and the tables go on.
+decoded (a container the kernel OOM-killed an `oom` one), so the rest of the run and the tables go on.
 
 Lifecycle: the cell runs in its own process group (and, in podman/docker, as a named container that is removed
 explicitly), killed whole on timeout, on SIGTERM/SIGINT (scancel, Ctrl-C) and when the Snakemake process that
@@ -41,6 +41,9 @@ from kbench.runtimes import Options, Runtime
 REPO = host.REPO
 RESULT_NAME = "result.json"
 STOP_GRACE_S = 10
+# The error type of a container the kernel OOM-killed (its runtime's State.OOMKilled): the record's status is oom, as
+# for a framework's own out-of-memory error, so the batch study's ladder stops there (ladder_stopped)
+OOM_KILLED = "OutOfMemory"
 
 
 class LaunchError(Exception):
@@ -153,7 +156,8 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
         if failure or not out.exists():
             failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
             failure["detail"] = log.read_text()[-4000:] if log.exists() else ""
-            cell.new_result(spec, context, "failed", failure, options.repeat).write(out)
+            status = "oom" if failure["type"] == OOM_KILLED else "failed"
+            cell.new_result(spec, context, status, failure, options.repeat).write(out)
         _keep_attempt(out, log)
     return cell.read(out)
 
@@ -318,7 +322,7 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
         for made in sorted(staging.glob("result.*")):      # the record, and any arrays written beside it
             os.replace(made, out.with_suffix(made.suffix))
         if oom:
-            return cell.error_info("OutOfMemory", "the kernel killed the cell for memory (container OOMKilled)")
+            return cell.error_info(OOM_KILLED, "the kernel killed the cell for memory (container OOMKilled)")
         return None if returncode == 0 else exit_failure(returncode, options.memory_mb if container else None)
     finally:
         stop.kill()                 # whatever is left of the group, and the container
