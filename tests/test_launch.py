@@ -446,6 +446,28 @@ def test_a_killed_driver_leaves_no_record_however_long_removing_the_cell_takes(t
     assert not (tmp_path / "cell.json").exists()
 
 
+def test_an_attempt_kept_on_a_disk_that_fills_midway_is_whole_or_absent(tmp_path, monkeypatch):
+    """A full disk while the record and log are kept under attempts/: the error goes up (the job fails, and a rerun
+    redoes it), and attempts/ holds no truncated copy; with room again both copies are whole."""
+    import errno
+    out, log = tmp_path / "cell.json", tmp_path / "cell.log"
+    out.write_text(json.dumps({"cell_id": "x", "status": "ok", "timing": {"block_ms": list(range(500))}}))
+    log.write_text("step\n" * 2000)
+
+    def full_disk(source, target, **kwargs):
+        data = Path(source).read_bytes()
+        Path(target).write_bytes(data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(launch.shutil, "copyfile", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        launch._keep_attempt(out, log)
+    assert sorted(p.name for p in (tmp_path / "attempts").iterdir()) == []
+    monkeypatch.undo()
+    launch._keep_attempt(out, log)
+    kept = {p.name.split(".")[1]: p.read_bytes() for p in (tmp_path / "attempts").iterdir()}
+    assert kept == {"json": out.read_bytes(), "log": log.read_bytes()}
+
+
 def test_a_cell_waits_for_its_previous_process_to_let_go(tmp_path, driver_environment):
     """A resumed run never overlaps the same cell still running from before: the launcher holds a lock per cell."""
     import fcntl

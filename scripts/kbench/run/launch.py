@@ -261,7 +261,21 @@ def _keep_attempt(out: Path, log: Path) -> None:
         if path.exists():
             kept = path.parent / "attempts" / f"{path.name}.{stamp}"
             kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, kept)
+            _copy_whole(path, kept)
+
+
+def _copy_whole(source: Path, target: Path) -> None:
+    """A copy that is whole or absent (as kbench.files writes records): written to a temp file beside the target and
+    renamed, so a write that fails midway (a full disk) leaves no truncated attempt behind, only the error."""
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, temporary)
+        shutil.copystat(source, temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _preflight(spec: dict, runtime: Runtime) -> dict | None:
