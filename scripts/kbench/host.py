@@ -1,5 +1,6 @@
 """The one place that knows the machine the pipeline runs on, below every wing: where the repository is, what podman
-and docker need from it (their settings, the host's limits, a host-wide lock), and which commit is checked out."""
+and docker need from it (their settings, the host's limits, a host-wide lock any account can take), and which commit
+is checked out."""
 from __future__ import annotations
 
 import contextlib
@@ -32,15 +33,42 @@ def ulimit_args() -> list[str]:
     return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
 
 
+LOCK_MODE = 0o666      # a lock file holds nothing: every account of the host may take it
+
+
+def open_lock(path: Path) -> int:
+    """A descriptor of the lock file `path` to flock, for whichever account asks: opened read-only (flock needs no
+    more), as it is where it exists (no O_CREAT: with fs.protected_regular even that fails on another account's file
+    in a sticky /tmp), and where it does not, made 0666 whatever the umask (os.fchmod after the create)."""
+    while True:
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            pass
+        except PermissionError as error:
+            raise PermissionError(error.errno, f"{error.strerror} (a lock file another account made unreadable to this "
+                                               "one; it holds nothing: its owner or root may remove it)",
+                                  str(path)) from None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, LOCK_MODE)
+        except FileExistsError:
+            continue            # another process made it in between: open it as it is
+        os.fchmod(fd, LOCK_MODE)
+        return fd
+
+
 @contextlib.contextmanager
 def file_lock(path: Path):
-    """An exclusive lock on `path` (flock: every process of this host), held for the with block."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """An exclusive lock on `path` (flock: every process of this host, whichever account), held for the with block."""
+    fd = open_lock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def git_commit() -> str:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from kbench import cell, host, records, runtimes
 from kbench.gpu import preflight
+from kbench.host import open_lock
 from kbench.runtimes import Options, Runtime
 
 REPO = host.REPO
@@ -202,17 +203,18 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
                           else "a GPU cell, and nvidia-smi lists no GPU on this host")
     while True:
         for position, device in enumerate(devices):
-            handle = open(LEASES / f"kbench-gpu-{device['uuid']}.lock", "w")
+            # whichever account made the lock file, this one can take it (kbench.host.open_lock)
+            fd = open_lock(LEASES / f"kbench-gpu-{device['uuid']}.lock")
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                handle.close()
+                os.close(fd)
                 continue
             try:
                 yield Lease([runtime.gpu_name(device)], cpu_share(position, len(devices)))
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
             return
         time.sleep(poll_s)
 
