@@ -719,6 +719,7 @@ def gpu_host(tmp_path, monkeypatch):
     for name in ("SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(launch, "LEASES", tmp_path)
+    monkeypatch.setattr(launch.host, "SYSFS", tmp_path / "no-sysfs")        # no topology: the CPUs in order
     from kbench.gpu import preflight
     return preflight.Host(run=lambda argv: rows)
 
@@ -921,7 +922,89 @@ def test_cells_side_by_side_outside_a_scheduler_each_get_their_gpus_share_of_the
     assert "--cpuset-cpus=2,3" in argv and argv[argv.index("--device") + 1] == "nvidia.com/gpu=1"
 
 
-def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatch) -> tuple[list[int], dict, str]:
+def fake_topology(root: Path, sockets: int = 2, cores: int = 4, threads: int = 2, gpu_nodes=()) -> Path:
+    """A sysfs of `sockets` NUMA nodes of `cores` cores of `threads` threads, numbered as Linux numbers a two-socket
+    host with hyperthreads: each socket's first threads (0-3, 4-7), then their siblings in the same order (8-11,
+    12-15); gpu_nodes: the NUMA node of GPU i's PCI device (bus 0000:i:00.0)."""
+    every = sockets * cores
+    for socket_ in range(sockets):
+        node = []
+        for core in range(cores):
+            siblings = [socket_ * cores + core + thread * every for thread in range(threads)]
+            for cpu in siblings:
+                topology = root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+                topology.mkdir(parents=True)
+                (topology / "core_cpus_list").write_text(",".join(map(str, siblings)) + "\n")
+                (topology / "thread_siblings_list").write_text(",".join(map(str, siblings)) + "\n")
+            node += siblings
+        folder = root / "devices" / "system" / "node" / f"node{socket_}"
+        folder.mkdir(parents=True)
+        (folder / "cpulist").write_text(f"{socket_ * cores}-{socket_ * cores + cores - 1},"
+                                        f"{every + socket_ * cores}-{every + socket_ * cores + cores - 1}\n")
+    for gpu, node in enumerate(gpu_nodes):
+        device = root / "bus" / "pci" / "devices" / f"0000:{gpu:02x}:00.0"
+        device.mkdir(parents=True)
+        (device / "numa_node").write_text(f"{node}\n")
+    return root
+
+
+def gpus_on_bus(count: int) -> list[dict]:
+    """GPUs as nvidia-smi lists them, with their PCI bus IDs as it writes them."""
+    return [{**d, "pci_bus_id": f"00000000:{i:02X}:00.0"} for i, d in enumerate(fake_devices(count))]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 8])
+def test_cpu_shares_are_whole_cores_and_keep_to_one_numa_node(tmp_path, monkeypatch, count):
+    """Two sockets x 4 cores x 2 threads (CPUs 0-7, siblings 8-15), GPUs whose NUMA node is unknown: no two shares
+    hold siblings of one core, all shares are the same number of cores, and each keeps to one node where the count
+    allows (1 cell: all of them; 3 cells of 2 cores: two in node 0, one in node 1)."""
+    sysfs = fake_topology(tmp_path / "sys")
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(16)))
+    shares = launch.cpu_shares(fake_devices(count), sysfs)
+    cores = [{c, c + 8} for c in range(8)]
+    nodes = [set(range(0, 4)) | set(range(8, 12)), set(range(4, 8)) | set(range(12, 16))]
+    for core in cores:
+        assert sum(bool(core & set(share)) for share in shares) <= 1, (core, shares)
+        assert all(core <= set(share) for share in shares if core & set(share)), (core, shares)
+    assert len({len(share) for share in shares}) == 1 and len(shares[0]) == 2 * (8 // count)
+    assert sum(map(len, shares)) == 2 * (8 // count) * count
+    assert all(any(set(share) <= node for node in nodes) for share in shares) or count == 1, shares
+    assert [launch.cpu_share(i, fake_devices(count), sysfs) for i in range(count)] == shares
+
+
+def test_each_cell_gets_cores_of_its_gpus_numa_node(tmp_path, monkeypatch, gpu_host):
+    """GPUs 0 and 1 hang off node 1, GPUs 2 and 3 off node 0 (sysfs numa_node of nvidia-smi's pci.bus_id): each
+    cell's share is two whole cores of its GPU's node; the lease reads the bus ID from nvidia-smi."""
+    from kbench.gpu import preflight
+    sysfs = fake_topology(tmp_path / "sys", gpu_nodes=(1, 1, 0, 0))
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert launch.cpu_shares(gpus_on_bus(4), sysfs) == [[4, 5, 12, 13], [6, 7, 14, 15], [0, 1, 8, 9],
+                                                        [2, 3, 10, 11]]
+    monkeypatch.setattr(launch.host, "SYSFS", fake_topology(tmp_path / "sys2", gpu_nodes=(1, 0)))
+    rows = "".join(f"{d['index']}, {d['name']}, {d['driver_version']}, {d['uuid']}, {d['pci_bus_id']}\n"
+                   for d in gpus_on_bus(2))
+    host = preflight.Host(run=lambda argv: rows)
+    assert [d["pci_bus_id"] for d in preflight.gpus(host)] == ["00000000:00:00.0", "00000000:01:00.0"]
+    spec = synthetic_spec().replace(accelerator="gpu")
+    with launch.gpu_lease(spec, PODMAN, host) as first, launch.gpu_lease(spec, PODMAN, host) as second:
+        assert (first, first.cpus) == (["0"], [4, 5, 6, 7, 12, 13, 14, 15])
+        assert (second, second.cpus) == (["1"], [0, 1, 2, 3, 8, 9, 10, 11])
+
+
+def test_without_a_topology_or_with_fewer_cores_than_cells_the_cpus_go_in_order(tmp_path, monkeypatch):
+    """No sysfs (a container's view): every CPU counts as a core, shares are the CPUs in order, as before. One core
+    of two threads for two GPUs: a thread each (nothing better exists); fewer CPUs than cells: no share."""
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(6)))
+    assert launch.cpu_shares(fake_devices(2), tmp_path / "none") == [[0, 1, 2], [3, 4, 5]]
+    assert launch.cpu_shares(fake_devices(4), tmp_path / "none") == [[0], [1], [2], [3]]
+    sysfs = fake_topology(tmp_path / "sys", sockets=1, cores=1, threads=2)
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert launch.cpu_shares(fake_devices(2), sysfs) == [[0], [1]]
+    assert launch.cpu_shares(fake_devices(3), sysfs) is None and launch.cpu_share(0, fake_devices(3), sysfs) is None
+
+
+def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatch,
+                                    options=launch.Options(timeout_s=30)) -> tuple[list[int], dict, str]:
     """A GPU cell started while another cell holds GPU-fake-0, so its lease is GPU-fake-1 with the second half of
     this process's CPUs. The process the launcher starts (the cell's interpreter on the host, the client on podman)
     is a stand-in that writes down the CPUs it may run on. Returns them, the record's launcher, the log's argv."""
@@ -946,7 +1029,7 @@ def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatc
     spec = synthetic_spec().replace(accelerator="gpu")
     with launch.gpu_lease(spec, runtimes.resolve(runtime), gpu_host):             # another cell holds GPU-fake-0
         result = launch.run_cell(spec, runtime, tmp_path / "environment.json", tmp_path / "cell.json",
-                                 tmp_path / "cell.log", launch.Options(timeout_s=30))
+                                 tmp_path / "cell.log", options)
     return json.loads(seen.read_text()), result.provenance["launcher"], (tmp_path / "cell.log").read_text()
 
 
@@ -974,6 +1057,28 @@ def test_a_container_cell_under_a_lease_gets_its_share_as_a_cpuset_and_its_clien
     assert affinity == mine
     argv = log.splitlines()[0].split()
     assert argv[:3] == ["$", "podman", "run"] and f"--cpuset-cpus={','.join(map(str, second_half))}" in argv
+
+
+def test_the_jax_numpy_job_gets_every_cpu_while_a_cell_gets_its_gpus_share(gpu_host, tmp_path, monkeypatch):
+    """Two GPUs, four CPUs: a cell on the second GPU gets CPUs 2-3, the JAX-against-NumPy job (Options.host_cpus) all
+    four with that GPU alone, so its NumPy half does not get slower on a host with more GPUs. Then started for real: the
+    job's process runs on every CPU this one may use, and its record says so."""
+    spec = synthetic_spec().replace(accelerator="gpu")
+    with launch.gpu_lease(spec, HOST, gpu_host):                                   # another cell holds GPU-fake-0
+        with monkeypatch.context() as m:
+            m.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+            with launch.gpu_lease(spec, HOST, gpu_host) as cell_lease:
+                assert (cell_lease, cell_lease.cpus) == (["GPU-fake-1"], [2, 3])
+            with launch.gpu_lease(spec, HOST, gpu_host, host_cpus=True) as study_lease:
+                assert (study_lease, study_lease.cpus) == (["GPU-fake-1"], [0, 1, 2, 3])
+    mine = sorted(os.sched_getaffinity(0))
+    affinity, launcher, _ = run_under_the_second_gpus_lease(
+        "host", gpu_host, tmp_path, monkeypatch,
+        launch.Options(timeout_s=30, module="kbench.studies.jax_numpy", host_cpus=True))
+    assert affinity == mine and launcher["cpus_allocated"] == mine and launcher["gpus_allocated"] == ["GPU-fake-1"]
+    cpu_job = launch.run_cell(synthetic_spec(), "host", tmp_path / "environment.json", tmp_path / "cpu.json",
+                              tmp_path / "cpu.log", launch.Options(timeout_s=30, host_cpus=True))
+    assert cpu_job.provenance["launcher"]["cpus_allocated"] == mine       # a CPU run: the CPUs it had, all of them
 
 
 @pytest.mark.parametrize("listed, runtime, handed", [

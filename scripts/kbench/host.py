@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+SYSFS = Path("/sys")        # where the CPU and NUMA topology is read (tests hand a fake tree)
 CONTAINERS_CONF = REPO / "containers" / "containers.conf"
 # What a container runtime's own client gets of the driver's environment: everything but what would steer Python or
 # this pipeline inside the client (the cell in the container gets only the image's and the spec's)
@@ -69,6 +70,63 @@ def file_lock(path: Path):
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- CPU topology (sysfs)
+
+def cpu_list(text: str) -> list[int]:
+    """A kernel CPU list ("0-3,8-11\n") as CPU numbers."""
+    found = []
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            found += range(int(first), int(last or first) + 1)
+    return found
+
+
+def _read_cpus(path: Path) -> list[int] | None:
+    try:
+        return cpu_list(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_cores(cpus, sysfs: Path | None = None) -> list[list[int]]:
+    """`cpus` grouped into physical cores (each CPU with its hyperthread siblings among `cpus`: the kernel's
+    core_cpus_list, or thread_siblings_list on older kernels), ordered by their first CPU. A CPU whose siblings sysfs
+    does not say (no sysfs, a container's partial view) is a core of its own."""
+    sysfs = SYSFS if sysfs is None else sysfs
+    allowed, cores = set(cpus), {}
+    for cpu in sorted(allowed):
+        topology = sysfs / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+        siblings = _read_cpus(topology / "core_cpus_list") or _read_cpus(topology / "thread_siblings_list") or [cpu]
+        key = frozenset(siblings) if cpu in siblings else frozenset([cpu])
+        cores.setdefault(key, []).append(cpu)
+    return sorted(cores.values())
+
+
+def numa_nodes(sysfs: Path | None = None) -> dict[int, list[int]]:
+    """NUMA node -> its CPUs (sysfs devices/system/node/node*/cpulist); empty where sysfs says nothing."""
+    sysfs = SYSFS if sysfs is None else sysfs
+    found = {}
+    for folder in (sysfs / "devices" / "system" / "node").glob("node[0-9]*"):
+        cpus = _read_cpus(folder / "cpulist")
+        if cpus is not None and folder.name[4:].isdigit():
+            found[int(folder.name[4:])] = cpus
+    return dict(sorted(found.items()))
+
+
+def pci_numa_node(bus_id: str | None, sysfs: Path | None = None) -> int | None:
+    """The NUMA node of a PCI device by nvidia-smi's pci.bus_id (00000000:3B:00.0; sysfs names it 0000:3b:00.0), or None:
+    no bus ID, no such device, or no NUMA affinity (-1)."""
+    sysfs = SYSFS if sysfs is None else sysfs
+    domain, _, rest = (bus_id or "").strip().partition(":")
+    try:
+        name = f"{int(domain, 16):04x}:{rest.lower()}"
+        node = int((sysfs / "bus" / "pci" / "devices" / name / "numa_node").read_text())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
 
 
 def git_commit() -> str:

@@ -40,6 +40,9 @@ class Options:
     cpus: float | None = None
     image_archive: str | Path | None = None     # where a node whose container storage lacks the image loads it from
     files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
+    # every CPU the launcher may use, not its GPU's share, outside a scheduler (the JAX-vs-NumPy job: its NumPy half
+    # runs on the CPU, and its verdict must not depend on how many GPUs share the host); its GPU is still leased alone
+    host_cpus: bool = False
     # set by run_cell for each process
     name: str = "kbench-cell"                   # the container's name (removed by it)
     gpus: list[str] | None = None               # GPU indices or UUIDs of the allocation; None: every GPU

@@ -49,10 +49,11 @@ def is_gpu(accelerator: str) -> bool:
 
 
 def gpus(host: Host) -> list[dict]:
-    """nvidia-smi's GPUs: index, name, driver version, UUID."""
-    out = host.run(["nvidia-smi", "--query-gpu=index,name,driver_version,uuid", "--format=csv,noheader"])
+    """nvidia-smi's GPUs: index, name, driver version, UUID, PCI bus ID (whose NUMA node the launcher's CPU shares
+    prefer; a row without it is read without it)."""
+    out = host.run(["nvidia-smi", "--query-gpu=index,name,driver_version,uuid,pci.bus_id", "--format=csv,noheader"])
     rows = [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
-    return [dict(zip(("index", "name", "driver_version", "uuid"), row)) for row in rows]
+    return [dict(zip(("index", "name", "driver_version", "uuid", "pci_bus_id"), row)) for row in rows]
 
 
 def visible(devices: list[dict], environ=os.environ) -> list[dict]:

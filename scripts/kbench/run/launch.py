@@ -94,12 +94,46 @@ def allocation_names(runtime: Runtime, allocated: list[str], host: preflight.Hos
     return [d.strip() for d in slurm_set.split(",") if d.strip()] if slurm_set else allocated
 
 
-def cpu_share(position: int, count: int) -> list[int] | None:
-    """The CPUs of one of `count` cells side by side (one per GPU, outside a scheduler): a contiguous share of this
-    process's CPUs, so cells never share a core; None where there are fewer CPUs than cells."""
+def cpu_shares(devices: list[dict], sysfs: Path | None = None) -> list[list[int]] | None:
+    """The CPUs of the cells side by side, one per GPU of `devices` (outside a scheduler), in their order: this
+    process's CPUs handed out as whole physical cores (a core's hyperthread siblings stay in one share), the same
+    number of cores to each. A share keeps to one NUMA node where the count allows: the node of its GPU's PCI device
+    where sysfs says it (kbench.host.pci_numa_node), else the nodes filled in order, one share after another. Where
+    there are fewer cores than cells, threads are shared out instead; None where there are fewer CPUs than cells.
+    Every cell's launcher computes the same layout (the same CPUs, topology and GPUs), so the shares never overlap."""
     mine = sorted(os.sched_getaffinity(0))
-    size = len(mine) // count
-    return mine[position * size:(position + 1) * size] if size else None
+    count = len(devices)
+    cores = host.cpu_cores(mine, sysfs)
+    if len(cores) < count:
+        size = len(mine) // count
+        return [mine[i * size:(i + 1) * size] for i in range(count)] if size else None
+    node_of = {cpu: node for node, cpus in host.numa_nodes(sysfs).items() for cpu in cpus}
+    pools: dict[int | None, list[list[int]]] = {}
+    for core in cores:                                      # each node's cores in order (None: no node known)
+        pools.setdefault(node_of.get(core[0]), []).append(core)
+    pools = dict(sorted(pools.items(), key=lambda item: -1 if item[0] is None else item[0]))
+    size = len(cores) // count
+    shares: list[list[list[int]] | None] = [None] * count
+    for i, device in enumerate(devices):                   # near its GPU, while its node has a share's worth left
+        node = host.pci_numa_node(device.get("pci_bus_id"), sysfs)
+        pool = pools.get(node) if node is not None else None
+        if pool is not None and len(pool) >= size:
+            shares[i] = [pool.pop(0) for _ in range(size)]
+    for i in range(count):                                  # the rest: in one node where one has room, else across
+        if shares[i] is None:
+            fits = next((pool for pool in pools.values() if len(pool) >= size), None)
+            taken = []
+            for pool in [fits] if fits else pools.values():
+                while pool and len(taken) < size:
+                    taken.append(pool.pop(0))
+            shares[i] = taken
+    return [sorted(cpu for core in share for cpu in core) for share in shares]
+
+
+def cpu_share(position: int, devices: list[dict], sysfs: Path | None = None) -> list[int] | None:
+    """The CPUs of the cell on devices[position] (cpu_shares), None where there are fewer CPUs than cells."""
+    shares = cpu_shares(devices, sysfs)
+    return shares[position] if shares else None
 
 
 def allocated_cpus() -> list[int] | None:
@@ -144,10 +178,12 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
             ensure_image(resolved, environment, options.image_archive)
             failure = _preflight(spec, resolved)
             if not failure:
-                with gpu_lease(spec, resolved) as lease:
+                with gpu_lease(spec, resolved, host_cpus=options.host_cpus) as lease:
                     if lease:        # a CPU cell keeps the scheduler's allocation as the record of its job
                         context["launcher"].update(gpus_allocated=lease.gpus,
                                                    cpus_allocated=lease.cpus or context["launcher"]["cpus_allocated"])
+                    elif options.host_cpus and context["launcher"]["cpus_allocated"] is None:
+                        context["launcher"]["cpus_allocated"] = sorted(os.sched_getaffinity(0))     # all it has
                     failure = _supervise(spec, resolved, environment, context, out, log,
                                          replace(options, gpus=lease.gpus if lease else None,
                                                  cpuset=lease.cpus if lease else None))
@@ -179,12 +215,14 @@ class Lease(list):
 
 
 @contextlib.contextmanager
-def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s: float = 0.5):
+def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s: float = 0.5,
+              host_cpus: bool = False):
     """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM); else one GPU of this host to
     itself, the first free one among those it may use (an exported CUDA_VISIBLE_DEVICES narrows them), under a
-    host-wide lock per GPU (by UUID), waiting while every one is taken, with that GPU's share of the CPUs. So cells
-    side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no cell sees
-    every GPU. Yields a Lease (the names the runtime takes: Runtime.gpu_name), None for a CPU cell."""
+    host-wide lock per GPU (by UUID), waiting while every one is taken, with that GPU's share of the CPUs (cpu_shares;
+    host_cpus: every CPU this process may use, for a job whose CPU half is measured too, which its rule runs alone).
+    So cells side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no
+    cell sees every GPU. Yields a Lease (the names the runtime takes: Runtime.gpu_name), None for a CPU cell."""
     spec = payload(spec)
     if not preflight.is_gpu(spec["accelerator"]):
         yield None
@@ -211,7 +249,8 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
                 os.close(fd)
                 continue
             try:
-                yield Lease([runtime.gpu_name(device)], cpu_share(position, len(devices)))
+                yield Lease([runtime.gpu_name(device)],
+                            sorted(os.sched_getaffinity(0)) if host_cpus else cpu_share(position, devices))
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
