@@ -142,3 +142,49 @@ def test_an_existing_lock_file_is_opened_without_o_creat(tmp_path, monkeypatch):
     os.close(fd)
     assert stat.S_IMODE((tmp_path / "new.lock").stat().st_mode) == 0o666
 
+
+# ---------------------------------------------------------------- the cgroup controllers given to an account
+
+USER = 1000
+DEFAULT_DELEGATION = "cpu io memory pids"            # systemd's user@.service, without a Delegate= drop-in
+
+
+def fake_cgroup(root: Path, controllers: str | None = DEFAULT_DELEGATION, uid: int = USER, v2: bool = True,
+                manager: bool = True) -> tuple[Path, Path]:
+    """A /sys/fs/cgroup of cgroup v2 (v2=False: v1, no unified root) where systemd gave user `uid`'s manager
+    `controllers` (manager=False: no user manager, only the login session's own cgroup says), and the
+    /proc/self/cgroup of a process in that user's login session. Returns both paths."""
+    root.mkdir(parents=True)
+    own = root.parent / "proc-self-cgroup"
+    session = f"user.slice/user-{uid}.slice/session-3.scope"
+    if not v2:
+        for controller in ("cpu,cpuacct", "cpuset", "memory", "pids"):
+            (root / controller).mkdir()
+        own.write_text(f"12:cpuset:/\n4:memory:/{session}\n0::/{session}\n")
+        return root, own
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids rdma misc\n")
+    places = [session] + ([f"user.slice/user-{uid}.slice/user@{uid}.service"] if manager else [])
+    for place in places:
+        (root / place).mkdir(parents=True)
+        (root / place / "cgroup.controllers").write_text(f"{controllers}\n")
+    own.write_text(f"0::/{session}\n")
+    return root, own
+
+
+@pytest.mark.parametrize("controllers, uid, v2, manager, delegated, where", [
+    (DEFAULT_DELEGATION, USER, True, True, False, f"user@{USER}.service/cgroup.controllers: cpu io memory pids"),
+    ("cpuset cpu io memory pids", USER, True, True, True, f"user@{USER}.service/cgroup.controllers: cpuset cpu"),
+    ("cpuset cpu io memory pids", USER, True, False, True, "session-3.scope/cgroup.controllers: cpuset"),
+    (DEFAULT_DELEGATION, USER, False, True, False, "cgroup v1"),
+    (DEFAULT_DELEGATION, 0, True, True, True, "root"),
+    (DEFAULT_DELEGATION, 0, False, True, True, "root"),
+])
+def test_whether_an_account_may_give_its_containers_a_cpuset(tmp_path, controllers, uid, v2, manager, delegated,
+                                                              where):
+    """Read as rootless podman meets it: the user manager's controllers (systemd's default delegation has no cpuset),
+    the process's own cgroup where there is no user manager, cgroup v1 (no limits at all for an account), root."""
+    cgroup, own = fake_cgroup(tmp_path / "cgroup", controllers, v2=v2, manager=manager)
+    found = host.cpuset_delegation(uid=uid, cgroup=cgroup, own=own)
+    assert found.cpuset is delegated and where in found.why, found
+    nothing = host.cpuset_delegation(uid=USER, cgroup=tmp_path / "cgroup", own=tmp_path / "no-proc")
+    assert nothing.cpuset is (v2 and manager and "cpuset" in controllers)

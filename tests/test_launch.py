@@ -657,9 +657,24 @@ esac
     return tmp_path
 
 
-def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake_podman, tmp_path, monkeypatch):
+@pytest.fixture
+def account(tmp_path, monkeypatch):
+    """The launcher as uid 1000 on a fake cgroup v2 tree whose user manager systemd gave `controllers`
+    (tests/test_host.py's fake_cgroup), read by the real kbench.host.cpuset_delegation."""
+    from test_host import USER, fake_cgroup
+    read = launch.host.cpuset_delegation
+
+    def given(controllers: str) -> None:
+        cgroup, own = fake_cgroup(tmp_path / "cgroup", controllers)
+        monkeypatch.setattr(launch.host, "cpuset_delegation", lambda: read(uid=USER, cgroup=cgroup, own=own))
+    return given
+
+
+def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake_podman, tmp_path, monkeypatch,
+                                                                           account):
     """The wiring from the job's environment to the container's command line: GPU 2 and CPU 3 of the node, the
     job's memory; not every GPU of the node."""
+    account("cpuset cpu io memory pids")
     (fake_podman / "storage").write_text("sha256:aa\n")
     record = tmp_path / "image.json"
     record.write_text(json.dumps({"kind": "image", "id": "sha256:aa"}))
@@ -676,7 +691,7 @@ def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake
     assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=2" and argv.count("--device") == 1
     assert "--memory=6000m" in argv and "--cpuset-cpus=3" in argv
     assert result.provenance["launcher"] == {"node": socket.gethostname(), "gpus_allocated": ["2"],
-                                             "cpus_allocated": [3], "slurm_job_id": "9"}
+                                             "cpus_allocated": [3], "cpu_pinning": "cpuset", "slurm_job_id": "9"}
 
 
 def test_a_cpu_cell_in_a_slurm_job_with_a_gpu_records_the_jobs_allocation(fake_podman, tmp_path, monkeypatch):
@@ -1041,22 +1056,44 @@ def test_a_host_cell_under_a_lease_runs_on_its_share_of_the_cpus_only(gpu_host, 
     second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
     affinity, launcher, log = run_under_the_second_gpus_lease("host", gpu_host, tmp_path, monkeypatch)
     assert launcher["gpus_allocated"] == ["GPU-fake-1"] and launcher["cpus_allocated"] == second_half
-    assert affinity == second_half and affinity != mine
+    assert affinity == second_half and affinity != mine and launcher["cpu_pinning"] == "affinity"
     assert "--cpuset-cpus" not in log
 
 
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
 def test_a_container_cell_under_a_lease_gets_its_share_as_a_cpuset_and_its_client_is_not_pinned(
-        gpu_host, tmp_path, monkeypatch):
-    """The container runs outside the client's process tree (conmon, dockerd): pinning the client would confine
-    nothing but the client; the container gets the share as --cpuset-cpus."""
+        gpu_host, tmp_path, monkeypatch, account, runtime):
+    """An account whose containers may have a cpuset (systemd delegates cpuset to it, or root): the container gets
+    the share as --cpuset-cpus, and the client runs where it likes (docker's daemon starts the container anyway)."""
+    account("cpuset cpu io memory pids")
+    mine = sorted(os.sched_getaffinity(0))
+    assert len(mine) >= 2, "two GPUs' shares need two CPUs to tell apart"
+    second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
+    affinity, launcher, log = run_under_the_second_gpus_lease(runtime, gpu_host, tmp_path, monkeypatch)
+    assert launcher["cpus_allocated"] == second_half and launcher["cpu_pinning"] == "cpuset"
+    assert affinity == mine
+    argv = log.splitlines()[0].split()
+    assert argv[:3] == ["$", runtime, "run"] and f"--cpuset-cpus={','.join(map(str, second_half))}" in argv
+    assert "taskset" not in argv
+
+
+def test_rootless_podman_without_the_cpuset_controller_pins_its_client_and_the_cell_instead(
+        gpu_host, tmp_path, monkeypatch, account):
+    """uid 1000, whose user manager systemd gave its default `cpu io memory pids`: --cpuset-cpus would stop the
+    container ("controller `cpuset` is not available"), so the podman client runs on the share (conmon and the
+    container inherit it), the cell's command in the image starts under taskset on the same CPUs (runc 1.2.7 and
+    newer reset an inherited affinity), and the record says so. docker's daemon sets its cpuset whoever asks."""
+    account("cpu io memory pids")
     mine = sorted(os.sched_getaffinity(0))
     assert len(mine) >= 2, "two GPUs' shares need two CPUs to tell apart"
     second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
     affinity, launcher, log = run_under_the_second_gpus_lease("podman", gpu_host, tmp_path, monkeypatch)
-    assert launcher["gpus_allocated"] == ["1"] and launcher["cpus_allocated"] == second_half
-    assert affinity == mine
+    assert launcher["cpus_allocated"] == second_half and launcher["cpu_pinning"] == "client affinity"
+    assert affinity == second_half and affinity != mine
     argv = log.splitlines()[0].split()
-    assert argv[:3] == ["$", "podman", "run"] and f"--cpuset-cpus={','.join(map(str, second_half))}" in argv
+    assert not [a for a in argv if a.startswith("--cpuset-cpus")], argv
+    started = argv.index("sha256:aa")
+    assert argv[started + 1:started + 5] == ["taskset", "--cpu-list", ",".join(map(str, second_half)), "python"]
 
 
 def test_the_jax_numpy_job_gets_every_cpu_while_a_cell_gets_its_gpus_share(gpu_host, tmp_path, monkeypatch):

@@ -8,10 +8,13 @@ import fcntl
 import os
 import resource
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = Path("/sys")        # where the CPU and NUMA topology is read (tests hand a fake tree)
+CGROUP = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
 CONTAINERS_CONF = REPO / "containers" / "containers.conf"
 # What a container runtime's own client gets of the driver's environment: everything but what would steer Python or
 # this pipeline inside the client (the cell in the container gets only the image's and the spec's)
@@ -72,6 +75,54 @@ def file_lock(path: Path):
         os.close(fd)
 
 
+# ---------------------------------------------------------------- cgroup controllers given to this account
+
+DELEGATE_CONF = "/etc/systemd/system/user@.service.d/delegate.conf"
+DELEGATE_FIX = (f"an admin sets once {DELEGATE_CONF} to `[Service]` `Delegate=cpu cpuset io memory pids` and runs "
+                "`systemctl daemon-reload`; it holds from the account's next login")
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """Whether a container this account starts can be given a cpuset (podman's --cpuset-cpus), and where that was
+    read."""
+    cpuset: bool
+    why: str
+
+
+def cpuset_delegation(uid: int | None = None, cgroup: Path | None = None, own: Path | None = None) -> Delegation:
+    """Root's containers get every cgroup controller. Another account's (rootless podman) get those systemd delegates
+    to its user manager, `cpu io memory pids` by default and no cpuset: podman then cannot start a container with
+    --cpuset-cpus (the OCI runtime: "controller `cpuset` is not available"), and on cgroup v1 it drops every limit with
+    a warning. Read from the unified hierarchy (cgroup v2: <cgroup>/cgroup.controllers exists): the user manager's
+    cgroup (user.slice/user-<uid>.slice/user@<uid>.service), where rootless podman's containers go, else this
+    process's own (`own`, /proc/self/cgroup's 0:: line). uid, cgroup, own: this account's, /sys/fs/cgroup,
+    /proc/self/cgroup where not given (tests hand a fake tree)."""
+    uid = os.geteuid() if uid is None else uid
+    cgroup = CGROUP if cgroup is None else cgroup
+    own = PROC_CGROUP if own is None else own
+    if uid == 0:
+        return Delegation(True, "root: every controller")
+    if not (cgroup / "cgroup.controllers").exists():
+        return Delegation(False, "cgroup v1 (or hybrid): a container of an account other than root gets no cgroup "
+                                 "limits; the fix needs a host booted with cgroup v2 "
+                                 "(systemd.unified_cgroup_hierarchy=1)")
+    places = [Path("user.slice") / f"user-{uid}.slice" / f"user@{uid}.service"]
+    try:
+        places += [Path(line[3:].strip().lstrip("/")) for line in own.read_text().splitlines()
+                   if line.startswith("0::")]
+    except OSError:
+        pass
+    for place in places:
+        try:
+            controllers = (cgroup / place / "cgroup.controllers").read_text().split()
+        except OSError:
+            continue
+        where = f"{cgroup / place}/cgroup.controllers: {' '.join(controllers) or 'none'}"
+        return Delegation("cpuset" in controllers, where)
+    return Delegation(False, f"no cgroup of uid {uid} readable under {cgroup}")
+
+
 # ---------------------------------------------------------------- CPU topology (sysfs)
 
 def cpu_list(text: str) -> list[int]:
@@ -117,8 +168,8 @@ def numa_nodes(sysfs: Path | None = None) -> dict[int, list[int]]:
 
 
 def pci_numa_node(bus_id: str | None, sysfs: Path | None = None) -> int | None:
-    """The NUMA node of a PCI device by nvidia-smi's pci.bus_id (00000000:3B:00.0; sysfs names it 0000:3b:00.0), or None:
-    no bus ID, no such device, or no NUMA affinity (-1)."""
+    """The NUMA node of a PCI device by nvidia-smi's pci.bus_id (00000000:3B:00.0; sysfs names it 0000:3b:00.0), or
+    None: no bus ID, no such device, or no NUMA affinity (-1)."""
     sysfs = SYSFS if sysfs is None else sysfs
     domain, _, rest = (bus_id or "").strip().partition(":")
     try:

@@ -14,7 +14,8 @@ a cell waits for the lock its previous process held and keeps the previous recor
 Confinement: in a container the cell has no network, sees the repo's scripts/ read-only and writes only a fresh
 staging folder of its own (moved to its result path afterwards); on the host it gets an allow-listed environment.
 Within a SLURM job only the GPUs of the allocation are handed to the container, the job's memory becomes the
-container's limit and its CPUs the container's cpuset (a container's processes are outside the job's cgroup).
+container's limit and its CPUs the container's cpuset (a container's processes are outside the job's cgroup); where
+podman runs without the cpuset controller (an account other than root, cpu_pinning), its client's affinity instead.
 """
 from __future__ import annotations
 
@@ -136,6 +137,27 @@ def cpu_share(position: int, devices: list[dict], sysfs: Path | None = None) -> 
     return shares[position] if shares else None
 
 
+# How a cell keeps to its CPUs (provenance.launcher.cpu_pinning)
+CPUSET, CLIENT_AFFINITY, AFFINITY, NO_PINNING = "cpuset", "client affinity", "affinity", "none"
+
+
+def cpu_pinning(runtime: Runtime, cpus: list[int] | None) -> str:
+    """How a process of `runtime` keeps to `cpus`: "cpuset" (the container's --cpuset-cpus; docker's daemon sets it);
+    "client affinity" (podman run by an account without the cpuset cgroup controller, kbench.host.cpuset_delegation:
+    --cpuset-cpus would stop the container, or on cgroup v1 be dropped with a warning, so the podman client is
+    pinned instead, and conmon and the container inherit its affinity; the cell's command in the image starts under
+    taskset with the same CPUs too, since runc from 1.2.7 and 1.3.1 resets an inherited affinity to the container's
+    cgroup, which is then every CPU); "affinity" (a process on the host, apptainer's included, pinned itself);
+    "none" (no CPUs to keep to: a CPU cell outside a scheduler, which has them all)."""
+    if not cpus:
+        return NO_PINNING
+    if runtime.client is None:
+        return AFFINITY
+    if runtime.inherits_affinity and not host.cpuset_delegation().cpuset:
+        return CLIENT_AFFINITY
+    return CPUSET
+
+
 def allocated_cpus() -> list[int] | None:
     """The CPUs a SLURM job was given (its affinity), or None outside SLURM."""
     return sorted(os.sched_getaffinity(0)) if os.environ.get("SLURM_JOB_ID") else None
@@ -170,7 +192,8 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
     log.parent.mkdir(parents=True, exist_ok=True)
     context = {"runtime": runtime, "git_commit": host.git_commit(), "repeat": options.repeat,
                "launcher": {"node": socket.gethostname(), "gpus_allocated": allocated_gpus(),
-                            "cpus_allocated": allocated_cpus(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
+                            "cpus_allocated": allocated_cpus(), "cpu_pinning": None,
+                            "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
     with _exclusive(out):
         try:
             context["environment"] = environment = records.read(environment_record)
@@ -340,9 +363,11 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
     staging.mkdir()
     container = runtime.client is not None
     cpuset = options.cpuset or allocated_cpus()
+    context["launcher"]["cpu_pinning"] = pinning = cpu_pinning(runtime, cpuset)
     # apptainer's scratch on the node's own disk (TMPDIR: a SLURM job's local scratch where the cluster sets one)
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-work-")) if runtime.workdir else None
-    options = replace(options, name=name, cpuset=cpuset, remove=not container, workdir=workdir)
+    options = replace(options, name=name, cpuset=cpuset if pinning == CPUSET else None,
+                      affinity=cpuset if pinning == CLIENT_AFFINITY else None, remove=not container, workdir=workdir)
     argv = runtime.command(environment, staging / RESULT_NAME, options, gpu=preflight.is_gpu(spec["accelerator"]))
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime.name})")
@@ -356,9 +381,10 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
                                     # a container's conmon writes a file named "oom" into its working folder when
                                     # the kernel OOM-kills the cell: the cell's own staging folder, not the repo
                                     cwd=staging if container else REPO, start_new_session=True,
-                                    # a process on the host keeps to its share of the CPUs (a container: --cpuset-cpus)
-                                    preexec_fn=(lambda: os.sched_setaffinity(0, cpuset)) if cpuset and not container
-                                    else None)
+                                    # a process on the host keeps to its share of the CPUs (a container: its
+                                    # --cpuset-cpus, or where it cannot have one its client's affinity: cpu_pinning)
+                                    preexec_fn=(lambda: os.sched_setaffinity(0, cpuset))
+                                    if pinning in (AFFINITY, CLIENT_AFFINITY) else None)
             stop.process = proc
             watchdog = _Watchdog(stop)
             watchdog.start()
