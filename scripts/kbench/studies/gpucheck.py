@@ -212,7 +212,7 @@ def summary(result: cell.CellResult) -> dict:
     row = result.row()
     if result.status != "ok":
         return {"status": result.text(), "device": row["gpu_name"] or row["device"]}
-    spec = result.spec
+    spec = result.cell_spec
     seconds = result.timing["mean_ms"] / 1e3
     classes = peaks.arithmetic(row["compute_dtype"], row["probe_class"], row["precision_switches"],
                                {"NVIDIA_TF32_OVERRIDE": row["tf32_override"]})
