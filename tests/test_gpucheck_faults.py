@@ -44,6 +44,23 @@ def test_the_cells_environment_is_the_one_the_packages_are_looked_for_in(tmp_pat
     assert found["keras_hub"] == "9.9"
 
 
+def test_keras_is_imported_on_a_backend_the_interpreter_has(tmp_path, monkeypatch):
+    """Keras 3 takes TensorFlow when KERAS_BACKEND is unset: a fake keras that imports its backend (as Keras does),
+    on an interpreter with JAX and no TensorFlow, is found (and keras_hub, which imports keras, with it)."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "jax.py").write_text("__version__ = '0.0.1'\n")
+    (modules / "keras.py").write_text("import importlib, os\n"
+                                      "importlib.import_module(os.environ.get('KERAS_BACKEND', 'tensorflow'))\n"
+                                      "__version__ = '3.99'\n")
+    (modules / "keras_hub.py").write_text("import keras\n__version__ = '0.99'\n")
+    monkeypatch.setenv("PYTHONPATH", str(modules))
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    found, unknown = gpucheck.installed(sys.executable)
+    assert found["tensorflow"] is None and found["jax"] == "0.0.1" and unknown == {}
+    assert found["keras"] == "3.99" and found["keras_hub"] == "0.99"
+
+
 def test_a_probe_that_hangs_ends_within_the_time_left(tmp_path, monkeypatch):
     python = fake_python(tmp_path, "exec sleep 60")
     result = gpucheck.probe(python, "torch", "off", timeout_s=2)

@@ -57,7 +57,15 @@ SANITY_SIZE = 8192
 PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/bin/python"
 
 
-IMPORTS = ("import importlib, json, sys\nfound = {}\nfor name in sys.argv[1:]:\n    try:\n"
+# Keras 3 reads KERAS_BACKEND when it is imported and takes TensorFlow without it: on an interpreter with JAX or torch
+# but no TensorFlow, `import keras` (and keras_hub) would then fail and both Keras 3 columns read missing. Each Keras 3
+# cell gets its column's backend (config framework_defs); the check imports Keras on the first backend installed.
+KERAS_BACKENDS = ("jax", "torch", "tensorflow")
+IMPORTS = ("import importlib, importlib.util, json, os, sys\n"
+           "if not os.environ.get('KERAS_BACKEND'):\n"
+           f"    os.environ['KERAS_BACKEND'] = next((b for b in {KERAS_BACKENDS!r} if importlib.util.find_spec(b)), "
+           "'tensorflow')\n"
+           "found = {}\nfor name in sys.argv[1:]:\n    try:\n"
            "        module = importlib.import_module(name)\n        found[name] = str(getattr(module, '__version__', 'yes'))\n"
            "    except Exception:\n        found[name] = None\nprint('PACKAGES ' + json.dumps(found))")
 IMPORT_S = 600           # every package in one process
