@@ -3,6 +3,7 @@ only its own package, a probe that hangs or runs off the GPU says so within the 
 is one line, and a dist-info without a Name is no package."""
 import os
 import sys
+import time
 
 import pytest
 
@@ -33,6 +34,24 @@ def test_an_import_that_hangs_is_named_and_the_rest_is_found(tmp_path, monkeypat
     python = fake_python(tmp_path, 'case " $* " in *" torch "*) exec sleep 60;; esac')
     found, unknown = gpucheck.installed(python)
     assert unknown == {"torch": "import hung past 1 s"} and found["numpy"] and found["torch"] is None
+
+
+def test_the_imports_take_at_most_half_the_default_deadline():
+    """The imports' budget must leave the probes and cells time: 600 s of imports under a 480 s deadline left none."""
+    assert gpucheck.import_budget(gpucheck.DEADLINE_S) <= gpucheck.DEADLINE_S / 2
+    assert gpucheck.import_budget(60) == 30
+
+
+def test_imports_that_all_hang_end_within_their_budget(tmp_path, monkeypatch):
+    """An interpreter on which every import hangs: the together process, then one per package, all within the
+    budget; what the budget did not reach says so."""
+    monkeypatch.setattr(gpucheck, "ONE_IMPORT_S", 2)
+    python = fake_python(tmp_path, 'case " $* " in *" -c "*"sys.argv[1:]"*) exec sleep 60;; esac')
+    started = time.monotonic()
+    found, unknown = gpucheck.installed(python, budget_s=4)
+    assert time.monotonic() - started < 4 + 3, unknown
+    assert set(unknown) == set(gpucheck.PACKAGES) and not any(found.values())
+    assert unknown["pynvml"] == "not imported: the imports' 4 s were spent"
 
 
 def test_the_cells_environment_is_the_one_the_packages_are_looked_for_in(tmp_path, monkeypatch):

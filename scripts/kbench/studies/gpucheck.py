@@ -68,8 +68,9 @@ IMPORTS = ("import importlib, importlib.util, json, os, sys\n"
            "found = {}\nfor name in sys.argv[1:]:\n    try:\n"
            "        module = importlib.import_module(name)\n        found[name] = str(getattr(module, '__version__', 'yes'))\n"
            "    except Exception:\n        found[name] = None\nprint('PACKAGES ' + json.dumps(found))")
-IMPORT_S = 600           # every package in one process
-ONE_IMPORT_S = 120       # one package, where that process crashed or hung
+DEADLINE_S = 480         # the whole check, by default (--deadline)
+IMPORT_S = 240           # every package in one process (cold caches on a network file system), at most
+ONE_IMPORT_S = 60        # one package, where that process crashed or hung
 
 
 def run_python(python: str, code: str, args=(), timeout_s: float = 60, env: dict | None = None):
@@ -91,28 +92,41 @@ def _listed(proc) -> dict | None:
     return json.loads(lines[-1].removeprefix("PACKAGES ")) if lines else None
 
 
-def installed(python: str) -> tuple[dict[str, str | None], dict[str, str]]:
+def import_budget(deadline_s: float) -> float:
+    """The seconds the imports may take of the check's deadline: half of it at most, so the probes and cells get
+    the other half however slowly the interpreter imports."""
+    return min(IMPORT_S, deadline_s / 2)
+
+
+def installed(python: str, budget_s: float = IMPORT_S) -> tuple[dict[str, str | None], dict[str, str]]:
     """package -> version (None: missing), as a cell of this interpreter would import it (the cells' environment),
-    and package -> why it could not be told (a crash or a hang while importing it). Every package is imported in one
-    child process; where that process crashes (importing tensorflow then triton in one process segfaults: tensorflow
-    issue 124205) or hangs, each package gets a process of its own, so one bad import costs only its own row. A
-    BadFile for an interpreter that does not run, or is no Python."""
-    together = run_python(python, IMPORTS, PACKAGES, IMPORT_S)
+    and package -> why it could not be told (a crash or a hang while importing it, or no time left for it). Every
+    package is imported in one child process; where that process crashes (importing tensorflow then triton in one
+    process segfaults: tensorflow issue 124205) or hangs, each package gets a process of its own, so one bad import
+    costs only its own row. All of it within budget_s. A BadFile for an interpreter that does not run, or is no
+    Python."""
+    ends = time.monotonic() + budget_s
+    left = lambda cap: min(cap, ends - time.monotonic())        # noqa: E731
+    together = run_python(python, IMPORTS, PACKAGES, left(IMPORT_S))
     found = _listed(together)
     if found is not None:
         return found, {}
-    alone = run_python(python, "print('PACKAGES {}')", timeout_s=ONE_IMPORT_S)
+    alone = run_python(python, "print('PACKAGES {}')", timeout_s=max(left(ONE_IMPORT_S), 5))
     if _listed(alone) is None:
         said = ((alone.stderr or alone.stdout) if alone else "").strip().splitlines()[-1:] or ["no output"]
         raise files.BadFile(python, f"ran, but not as a Python interpreter: exit {alone.returncode if alone else '?'}, "
                                     f"{said[0][:120]!r}", PYTHON)
     found, unknown = {}, {}
     for name in PACKAGES:
-        proc = run_python(python, IMPORTS, (name,), ONE_IMPORT_S)
+        timeout_s = left(ONE_IMPORT_S)
+        if timeout_s < 1:
+            found[name], unknown[name] = None, f"not imported: the imports' {budget_s:.0f} s were spent"
+            continue
+        proc = run_python(python, IMPORTS, (name,), timeout_s)
         one = _listed(proc)
         found[name] = one.get(name) if one else None
         if one is None:
-            unknown[name] = (f"import hung past {ONE_IMPORT_S} s" if proc is None else
+            unknown[name] = (f"import hung past {timeout_s:.0f} s" if proc is None else
                              f"import crashed the interpreter (exit {proc.returncode})")
     return found, unknown
 
@@ -248,7 +262,8 @@ def text_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--deadline", type=float, default=480, help="seconds for the whole check (default 480)")
+    parser.add_argument("--deadline", type=float, default=DEADLINE_S,
+                        help=f"seconds for the whole check (default {DEADLINE_S})")
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose frameworks are checked")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "gpucheck", help="cell JSONs, logs, table")
     parser.add_argument("--plan", choices=["cells", "synthetic"], default="cells")
@@ -286,7 +301,7 @@ def check(args: argparse.Namespace) -> int:
                             "--out takes a folder, made if missing") from None
     config = {**yaml.safe_load((REPO / "config.yaml").read_text()), "accelerator": "gpu"}
     gpus = listed_gpus()
-    found, unknown = installed(args.python)
+    found, unknown = installed(args.python, import_budget(args.deadline))
     print(f"interpreter {args.python}: found {', '.join(f'{k} {v}' for k, v in found.items() if v) or 'nothing'}; "
           f"missing {', '.join(k for k, v in found.items() if not v and k not in unknown) or 'nothing'}"
           + "".join(f"; {k}: {why}" for k, why in unknown.items()))
