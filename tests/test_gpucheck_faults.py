@@ -121,3 +121,48 @@ def test_a_dist_info_without_a_name_is_no_package(nameless_dist_info, tmp_path):
     lock.write_text("numpy==1.0 --hash=sha256:" + "0" * 64 + "\n")
     record = envs.record_preinstalled("x", "gpu", lock, sys.executable, tmp_path / "record.json")
     assert "numpy" in record["packages"] and None not in record["packages"]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """run_plan's cells recorded instead of started: the timeout each would get."""
+    from kbench.run import launch
+    started = []
+    monkeypatch.setattr(launch, "run_cell", lambda spec, *args, timeout_s: started.append((spec.framework, timeout_s)))
+    monkeypatch.setattr(envs, "record_preinstalled", lambda *args: None)
+    monkeypatch.setattr(gpucheck, "summary", lambda result: {"status": "ok"})
+    return started
+
+
+def gpu_config() -> dict:
+    import yaml
+    from conftest import REPO
+    return {**yaml.safe_load((REPO / "config.yaml").read_text()), "accelerator": "gpu"}
+
+
+@pytest.mark.parametrize("spare_s, started", [(-1, False), (1, True)])
+def test_a_cell_starts_only_with_the_time_it_needs_left(tmp_path, launches, spare_s, started):
+    """The native compiled BERT fit (the plan's first cell) needs CELL_START_S['compiled'] and the deadline's margin:
+    with a second less left it reads 'not run: deadline' and is never started; with a second more it starts."""
+    plan = gpucheck.PLAN[:1]
+    need = gpucheck.CELL_START_S["compiled"] + gpucheck.STOP_S
+    found = {p: "1" for p in ("torch", "transformers", "peft")}
+    rows = gpucheck.run_plan(gpu_config(), plan, sys.executable, found, tmp_path, time.monotonic() + need + spare_s,
+                             None)
+    assert [row["status"] for row in rows] == ["ok" if started else "not run: deadline"]
+    assert [framework for framework, _ in launches] == (["native-torch-compiled"] if started else [])
+    assert all(timeout_s >= gpucheck.CELL_START_S["compiled"] for _, timeout_s in launches)
+
+
+def test_a_cell_with_half_a_minute_left_is_not_started_where_it_needs_more(tmp_path, launches):
+    """30 s left: the compiled cell (which needs minutes to compile) is not run, where it used to start and be killed
+    at the deadline as failed: Timeout."""
+    found = {p: "1" for p in ("torch", "transformers", "peft")}
+    rows = gpucheck.run_plan(gpu_config(), gpucheck.PLAN[:1], sys.executable, found, tmp_path, time.monotonic() + 30,
+                             None)
+    assert rows[0]["status"] == "not run: deadline" and launches == []
+
+
+def test_the_synthetic_plan_needs_its_build_time_to_start():
+    config, _ = gpucheck.synthetic_config(gpu_config())
+    assert gpucheck.start_s(config["framework_defs"]["synthetic-1"]) == 3 + gpucheck.SYNTHETIC_START_S
