@@ -166,3 +166,31 @@ def test_a_cell_with_half_a_minute_left_is_not_started_where_it_needs_more(tmp_p
 def test_the_synthetic_plan_needs_its_build_time_to_start():
     config, _ = gpucheck.synthetic_config(gpu_config())
     assert gpucheck.start_s(config["framework_defs"]["synthetic-1"]) == 3 + gpucheck.SYNTHETIC_START_S
+
+
+def test_a_host_without_a_gpu_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """No nvidia-smi, no framework: nothing ran on a GPU, so a script must not read a pass (exit 2, its own status)."""
+    monkeypatch.setenv("PATH", str(tmp_path))           # no nvidia-smi; the interpreter is named by its full path
+    status = gpucheck.main(["--python", sys.executable, "--out", str(tmp_path / "out"), "--deadline", "60"])
+    assert status == gpucheck.NO_GPU == 2
+    assert capsys.readouterr().out.splitlines()[-1] == ("gpucheck: FAILED: no GPU visible (nvidia-smi lists none, and "
+                                                        "no probe or cell ran on one)")
+
+
+GPU = [{"index": "0", "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-fake-0", "driver_version": "580.95.05"}]
+OK_CELL = {"cell": "bert fit bs32 float32 native-torch-compiled", "status": "ok"}
+
+
+@pytest.mark.parametrize("unknown, probes, rows, status", [
+    ({}, [], [OK_CELL, {"cell": "c", "status": "skipped: keras missing"}, {"cell": "d", "status": "not run: deadline"}],
+     0),
+    ({}, [], [OK_CELL, {"cell": "c", "status": "failed: Timeout"}], 1),
+    ({}, [{"framework": "torch", "TF32 mode": "off", "error": "timed out after 300 s"}], [OK_CELL], 1),
+    ({"tensorflow": "import crashed the interpreter (exit -11)"}, [], [OK_CELL], 1),
+])
+def test_any_step_that_fails_fails_the_check(unknown, probes, rows, status):
+    """Skipped (a framework the interpreter lacks) and not run (the deadline) are no failures; a failed cell, a probe
+    error or an import that crashed is."""
+    found, verdict = gpucheck.outcome(GPU, unknown, probes, rows)
+    assert found == status, verdict
+    assert verdict.startswith("passed" if status == 0 else "FAILED: 1 step(s): ")

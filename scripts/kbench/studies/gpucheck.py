@@ -11,6 +11,10 @@ runner and records as the workflow) in priority order until the deadline, at the
 table (status, device, probe, ms/step, MFU, memory, J/step, compiles in the window, graph breaks) and writes every
 cell JSON under --out. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
 plumbing without any framework.
+
+Exit status: 0 where a GPU was seen and every step that ran passed; 1 where a step failed (an import that crashed or
+hung, a probe error, a failed cell) or the input was bad; 2 where no GPU was visible. A framework the interpreter lacks
+is skipped and a cell the deadline left out is not run: neither fails the check.
 """
 from __future__ import annotations
 
@@ -343,9 +347,32 @@ def check(args: argparse.Namespace) -> int:
     table = text_table(rows)
     print(f"\ncells (smoke sizes, strict profile, runtime preinstalled; JSONs under {out / 'cells'})\n{table}")
     (out / "gpucheck.md").write_text(f"{table}\n")
+    status, verdict = outcome(gpus, unknown, probes, rows)
     (out / "gpucheck.json").write_text(json.dumps({"gpus": gpus, "packages": found, "import_problems": unknown,
-                                                   "probes": probes, "cells": rows}, indent=1))
-    return 0
+                                                   "probes": probes, "cells": rows, "exit_status": status,
+                                                   "verdict": verdict}, indent=1))
+    print(f"\ngpucheck: {verdict}")
+    return status
+
+
+NO_GPU, FAILED = 2, 1
+
+
+def outcome(gpus: list[dict], unknown: dict, probes: list[dict], rows: list[dict]) -> tuple[int, str]:
+    """The check's exit status and its last line: 0 where a GPU was seen and every step that ran passed (a framework
+    the interpreter lacks is skipped, a cell the deadline left out is not run: neither fails); 2 where no GPU was
+    visible (nvidia-smi listed none and no probe or cell ran on one); else 1 where a step failed: an import that
+    crashed or hung, a probe with an error, a cell that failed."""
+    seen = bool(gpus) or any(p.get("error") is None for p in probes) or any(r["status"] == "ok" for r in rows)
+    failed = ([f"import {name}: {why}" for name, why in unknown.items()]
+              + [f"probe {p['framework']} {p['TF32 mode']}: {p['error']}" for p in probes if p.get("error")]
+              + [f"{r['cell']}: {r['status']}" for r in rows
+                 if r["status"] != "ok" and not r["status"].startswith(("skipped", "not run"))])
+    if not seen:
+        return NO_GPU, "FAILED: no GPU visible (nvidia-smi lists none, and no probe or cell ran on one)"
+    if failed:
+        return FAILED, f"FAILED: {len(failed)} step(s): {'; '.join(failed)}"
+    return 0, "passed: every step that ran passed"
 
 
 if __name__ == "__main__":
