@@ -107,6 +107,8 @@ def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_
     assert energy["mean_power_w"] == pytest.approx(300, rel=0.05)
     assert energy["sm_clock_mhz_mean"] == 1980 and energy["memory_clock_mhz_mean"] == 2619
     assert energy["temperature_c_max"] == 61 and energy["samples"] >= 1
+    assert energy["processes_before_window"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]    # in the cell's record
+    assert energy["application_clocks_set"] is False and energy["application_sm_clock_mhz"] == 1980
     assert result.memory["nvml_processes_after_steps"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]
     summary = tables.summary_table(tables.long_table([result]))
     row = summary.iloc[0]
@@ -307,3 +309,29 @@ def test_a_cell_whose_visible_gpu_is_not_its_lease_fails_with_device_mismatch(tm
         assert "GPU-fake-2" in result.error["message"] and "GPU-fake-1" in result.error["message"]
     else:
         assert result.provenance["device_identity"]["checked"] is True
+
+
+def test_application_clocks_and_the_processes_before_the_window_are_recorded(monkeypatch):
+    """The fake NVML with its clocks held at a set application clock (reason 0x2, SM 1410 of a default 1980) and a
+    second process (PID 777) on the GPU before the window, gone by its end: the record names both, and 0x2 is no
+    slowdown."""
+    sys.path.insert(0, str(FAKE_NVML))
+    monkeypatch.setenv("KBENCH_FAKE_NVML_REASONS", str(0x2))
+    monkeypatch.setenv("KBENCH_FAKE_NVML_APPLICATION_SM_MHZ", "1410")
+    monkeypatch.setenv("KBENCH_FAKE_NVML_PIDS", "777")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
+    try:
+        from kbench.gpu import nvml
+        monitor = nvml.WindowMonitor()
+        monitor.start()
+        monkeypatch.setenv("KBENCH_FAKE_NVML_PIDS", "")
+        record = monitor.stop()
+    finally:
+        sys.path.remove(str(FAKE_NVML))
+        sys.modules.pop("pynvml", None)
+    assert record["application_clocks_set"] is True and record["clock_event_reasons"] == 0x2
+    assert record["slowdowns"] == [] and record["power_capped"] is False
+    assert record["application_sm_clock_mhz"] == 1410 and record["default_application_sm_clock_mhz"] == 1980
+    assert record["application_memory_clock_mhz"] == record["default_application_memory_clock_mhz"] == 2619
+    assert record["processes_before_window"] == [{"pid": 4242, "used_bytes": 3 * 2**30},
+                                                 {"pid": 777, "used_bytes": 2**30}]

@@ -121,6 +121,8 @@ TUNING = {
     "compile_mode": {"adapters": ("native_torch",),
                      "values": ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")},
     "fused_optimizer": {"adapters": ("native_torch",), "values": (True,)},
+    "cudnn_benchmark": {"adapters": ("native_torch",), "values": (True,)},
+    "channels_last": {"adapters": ("native_torch",), "values": (True,)},
 }
 
 
