@@ -190,6 +190,8 @@ def test_an_out_of_memory_error_is_oom_in_every_frameworks_words():
 
     assert runner.out_of_memory(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert runner.out_of_memory(XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
+    assert runner.out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert runner.out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
     try:
         try:
             raise OutOfMemoryError("x")

@@ -831,9 +831,11 @@ def test_a_host_or_preinstalled_cell_gets_the_variables_that_find_the_gpu(monkey
 def test_a_host_cell_gets_the_cuda_toolkit_and_ptxas_paths_where_the_host_sets_them_and_none_where_it_does_not(
         monkeypatch, runtime):
     """An HPC `module load cuda` sets CUDA_PATH, and Triton finds its ptxas through TRITON_PTXAS_PATH where the
-    wheel's own does not match the driver: a cell process in the driver's environment gets both as the host has them,
-    and no made-up value where the host has none."""
-    toolkit = {"CUDA_PATH": "/opt/cuda-12.4", "TRITON_PTXAS_PATH": "/opt/cuda-12.4/bin/ptxas"}
+    wheel's own does not match the driver, and Triton's first compile builds with the host's CC/CXX (a conda
+    Python's compilers): a cell process in the driver's environment gets them as the host has them, and no made-up
+    value where the host has none."""
+    toolkit = {"CUDA_PATH": "/opt/cuda-12.4", "TRITON_PTXAS_PATH": "/opt/cuda-12.4/bin/ptxas",
+               "CC": "/opt/conda/bin/x86_64-conda-linux-gnu-cc", "CXX": "/opt/conda/bin/x86_64-conda-linux-gnu-c++"}
     for name, value in toolkit.items():
         monkeypatch.setenv(name, value)
     kept = launch.process_env(runtime, {"lock": "envs/native-torch.gpu.lock"}, gpus=["GPU-1"])

@@ -25,7 +25,9 @@ HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TM
             "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
             # where the driver's libraries and the CUDA toolkit are (a Kubernetes node's /usr/local/nvidia, an HPC
             # `module load`): without them torch and JAX find no GPU and Triton no libcuda. The cell records them.
-            "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH")
+            "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
+            # the C compiler Triton's and Inductor's first compile builds its launcher with (a conda Python's own)
+            "CC", "CXX")
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,9 @@ def run(spec, context: dict) -> cell.CellResult:
 # How each framework says a batch did not fit: torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), TF's and
 # Paddle's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED status (jaxlib's XlaRuntimeError), the host's MemoryError.
 OOM_TYPES = ("OutOfMemoryError", "ResourceExhaustedError", "MemoryError")
-OOM_TEXT = ("RESOURCE_EXHAUSTED", "CUDA out of memory", "out of memory")
+# cuBLAS and cuDNN say it with their own status when a workspace does not fit (torch raises it as a RuntimeError)
+OOM_TEXT = ("RESOURCE_EXHAUSTED", "CUDA out of memory", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED",
+            "CUDNN_STATUS_ALLOC_FAILED")
 
 
 def out_of_memory(exc: BaseException) -> bool:
