@@ -62,6 +62,7 @@ localrules:
 
 onstart:
     preflight_before_jobs()
+    disk_preflight_before_jobs()
     if scheduling.drop_default_rate_limit(workflow.scheduler):
         print(scheduling.DROPPED, file=sys.stderr)
 

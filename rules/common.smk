@@ -19,7 +19,7 @@ from kbench.gpu import preflight
 from kbench.plan import config_check, departures, matrix, sources
 from kbench.run import scheduling
 from kbench.results import batch, tables, tuning
-from kbench.stacks import envs, lock_path
+from kbench.stacks import disk, envs, lock_path
 from kbench.studies import jax_numpy, jax_numpy_tables
 
 try:      # every bad config: one line before any job (file and line, or key path; the bad value; what is allowed)
@@ -248,6 +248,35 @@ def preflight_before_jobs():
         preflight.check(RUNTIME, config["accelerator"], stacks, tools=tools)
     except preflight.PreflightError as error:
         sys.exit(str(error))
+
+
+# Image jobs and where their files go (kbench.stacks.disk): built into podman's storage, or saved as files under results/.
+BUILD_RULES = ("base_image", "stack_image")
+ARCHIVE_RULES = ("export_image", "sif_image")
+
+
+def disk_preflight_before_jobs():
+    """Before the first job: the images still to build (each at its recorded or measured size, and the largest build's
+    peak), their archives, the venvs and the jobs' results, against the free space of podman's storage, results/ and
+    .envs/; a plan that will not fit stops here with one line naming both figures and what to free, not hours later
+    with a full disk mid-build. config disk_check: false skips it."""
+    if not config["disk_check"]:
+        return
+    jobs = list(workflow.dag.needrun_jobs())
+    name = lambda job: f"{job.wildcards.stack}.{job.wildcards.accelerator}"        # noqa: E731
+    builds = ["base" if job.rule.name == "base_image" else name(job) for job in jobs if job.rule.name in BUILD_RULES]
+    builds = [image for image in builds if not disk.held(image, config["containers"]["base"])]
+    archives = [name(job) for job in jobs if job.rule.name in ARCHIVE_RULES]
+    if config["archive_images"] and any(job.rule.name == "archive" for job in jobs):
+        archives += [f"{stack}.{config['accelerator']}" for stack in suite_stacks(config["suite"])]
+    venvs = [name(job) for job in jobs if job.rule.name == "environment"]
+    others = [job for job in jobs if job.rule.name not in BUILD_RULES + ARCHIVE_RULES + ("environment",)]
+    needs = disk.plan_needs(disk.graphroot() if builds else None, Path(RESULTS), Path(workflow.basedir) / ".envs",
+                            builds, archives, venvs, len(others), Path(results("images")))
+    try:
+        disk.check(needs)
+    except disk.DiskShort as error:
+        sys.exit(f"disk: {error}")
 
 
 def note_gpu_preflight_on_a_dry_run():

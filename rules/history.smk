@@ -3,7 +3,7 @@
 HISTORY = results("history")
 # Where and how cells run, never what they measured: a change to one rewrites no page (the cells rerun for none)
 OPERATIONAL_SETTINGS = ("runtime", "preinstalled_python", "results_dir", "archive_images", "ship_images",
-                        "cell_timeout_minutes", "containers")
+                        "disk_check", "cell_timeout_minutes", "containers")
 
 
 rule history:

@@ -20,7 +20,10 @@ rule jax_numpy:
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
-    threads: cell_threads
+    # The host's cores, not a GPU's share (rule cell's cell_threads): the NumPy half runs on the CPU, and its verdict
+    # must not depend on how many GPUs the host has. Snakemake runs nothing beside it; the launcher leases it one GPU
+    # alone and every CPU (launch.Options.host_cpus), and its record says which (provenance.launcher.cpus_allocated).
+    threads: lambda wildcards: workflow.cores
     script:
         "../scripts/run_jax_numpy.py"
 

@@ -71,3 +71,31 @@ def built(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("prebuild")
     prebuild.build(folder)
     return folder
+
+
+def image_record(tmp_path_factory, built, stack: str) -> dict:
+    """A stack's podman image record for a module's e2e tests (the session's, conftest.built; built through the
+    workflow where it is missing)."""
+    from kbench import records
+    results = tmp_path_factory.mktemp(f"results-{stack}")
+    prebuild.seed(built, results, prebuild.needs("podman", [stack]))
+    target = results / records.path("podman", stack, "cpu")
+    proc = snakemake(str(target), "--cores", "all", "--config", "accelerator=cpu", "runtime=podman",
+                     f"results_dir={results}", timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return records.read(target)
+
+
+def python_in_image(image: dict, script: str, marker: str, timeout: int = 900):
+    """A script run by the image's python (offline, the repository's scripts mounted as a cell gets them); the JSON
+    of its stdout's line that starts with `marker`."""
+    import json
+    from kbench import host
+    from kbench.run import launch
+    argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
+            f"--volume={REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", image["id"], "python", "-"]
+    proc = subprocess.run(argv, input=script, text=True, capture_output=True, timeout=timeout,
+                          env=launch.process_env("podman"))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(marker + " ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(lines[0][len(marker) + 1:])

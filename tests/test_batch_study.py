@@ -190,6 +190,8 @@ def test_an_out_of_memory_error_is_oom_in_every_frameworks_words():
 
     assert runner.out_of_memory(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert runner.out_of_memory(XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
+    assert runner.out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert runner.out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
     try:
         try:
             raise OutOfMemoryError("x")
@@ -309,43 +311,92 @@ def batch_busy(intervals):
     return timing.busy_ms(intervals)
 
 
-def test_the_busy_share_is_the_profiled_activities_over_the_synced_wall_of_the_same_steps():
+class FakeProfiler:
+    """A device profiler on a fake clock: its start-up costs `startup_ms` (in the warm step), each profiled step
+    costs the device `busy_ms` of kernels and the host `host_ms`, plus `overhead_ms` of the profiler's own per-step
+    cost; warm's activities are discarded (reported as torch's schedule does: run's only). stopped: it reports
+    itself stopped; empty: it returns no activity."""
+
+    def __init__(self, now, busy_ms=3.0, host_ms=1.0, overhead_ms=1.0, startup_ms=50.0, stopped=None, empty=False):
+        self.now, self.busy_ms, self.host_ms, self.overhead_ms = now, busy_ms, host_ms, overhead_ms
+        self.startup_ms, self.stopped, self.empty, self.profiling, self.calls = startup_ms, stopped, empty, False, []
+        self.steps = 0
+
+    def step(self):           # what a step costs, profiled or not
+        self.steps += 1
+        self.now[0] += (self.busy_ms + self.host_ms + (self.overhead_ms if self.profiling else 0)) / 1e3
+
+    def __call__(self, warm, run):
+        from kbench import timing
+        self.profiling = True
+        self.now[0] += self.startup_ms / 1e3
+        warm()
+        self.calls.append("warm")
+        start = self.now[0] * 1e3
+        run()
+        self.calls.append("run")
+        self.profiling = False
+        per_step = self.busy_ms + self.host_ms + self.overhead_ms
+        steps = round((self.now[0] * 1e3 - start) / per_step)
+        intervals = [] if self.empty else [(start + per_step * i + self.host_ms + self.overhead_ms,
+                                            start + per_step * (i + 1)) for i in range(steps)]
+        return timing.Profiled(intervals, self.stopped)
+
+
+def test_the_busy_share_is_busy_time_per_step_over_the_unprofiled_windows_ms_per_step():
+    """Each step: 1 ms of host work, then a 3 ms kernel: 4 ms/step in the (unprofiled) window. Profiled, each step
+    costs 1 ms more (the profiler's per-launch cost: Inductor's profiled launch path on torch), and its start-up 50 ms.
+    The share is the kernels' 3 ms per step over the window's 4 ms/step (75%), not over the profiled 5 ms/step (60%,
+    which would read a compiled column less busy than an eager one); the profiled ms/step is kept beside it as the
+    profiler's overhead; one warm profiled step ran first, outside the profiled wall."""
     from kbench import timing
     now = [0.0]
-
-    def step():                       # each step: 1 ms of host work, then a 3 ms kernel the device runs
-        now[0] += 0.004
-
-    def activities(run):
-        start = now[0] * 1e3
-        run()
-        return [(start + 4 * i + 1, start + 4 * i + 4) for i in range(5)]   # 3 ms busy of each 4 ms step
-
-    found = timing.device_busy(step, lambda out: None, 5, activities, clock=lambda: now[0])
-    assert found["wall_ms"] == pytest.approx(20.0)
+    profiler = FakeProfiler(now)
+    found = timing.device_busy(profiler.step, lambda out: None, 5, profiler, window_ms_per_step=4.0,
+                               clock=lambda: now[0])
+    assert profiler.calls == ["warm", "run"] and profiler.steps == 1 + 5
+    assert found["profiled_ms_per_step"] == pytest.approx(5.0) and found["profiler_overhead"] == pytest.approx(1.25)
+    assert found["busy_ms_per_step"] == pytest.approx(3.0) and found["window_ms_per_step"] == 4.0
     assert found["share"] == pytest.approx(0.75)
-    assert found["activities"] == 5
+    assert found["activities"] == 5 and found["warm_steps"] == 1
 
 
 @pytest.mark.parametrize("busy, share", [(20.5, 1.0), (19.5, 0.975)])
-def test_the_busy_share_is_capped_at_one_where_the_profilers_activities_outlast_the_synced_wall(busy, share):
-    """The profiler's clock is not the wall's: activities it dates from before the first step, or a last copy it
-    closes after the sync, can cover more than the 20 ms wall. The device was busy throughout, not 102.5% of it; just
-    under the wall the share is the exact ratio."""
+def test_the_busy_share_is_capped_at_one_where_the_profilers_activities_outlast_the_window(busy, share):
+    """The profiler's clock is not the window's: activities it dates from before the first step, or a last copy it
+    closes after the sync, can add up to more busy time per step than the window's 4 ms/step. The device was busy
+    throughout, not 102.5% of it; just under, the share is the exact ratio."""
     from kbench import timing
     now = [0.0]
 
     def step():
         now[0] += 0.004
 
-    def activities(run):
+    def activities(warm, run):
+        warm()
         start = now[0] * 1e3
         run()
-        return [(start - 0.5, start + 10), (start + 8, start + busy - 0.5)]     # overlapping: busy ms in all
+        return timing.Profiled([(start - 0.5, start + 10), (start + 8, start + busy - 0.5)])   # overlapping: busy ms
 
-    found = timing.device_busy(step, lambda out: None, 5, activities, clock=lambda: now[0])
-    assert found["wall_ms"] == pytest.approx(20.0) and found["busy_ms"] == pytest.approx(busy)
+    found = timing.device_busy(step, lambda out: None, 5, activities, 4.0, clock=lambda: now[0])
+    assert found["busy_ms"] == pytest.approx(busy)
     assert found["share"] == pytest.approx(share)
+
+
+@pytest.mark.parametrize("stopped, empty, reason", [
+    ("Kineto stopped collecting device activities while the steps ran", False,
+     "the device profiler stopped collecting early: Kineto stopped"),
+    (None, True, "the device profiler recorded no device activity in 5 profiled steps")])
+def test_a_profiler_that_stopped_early_or_saw_nothing_gives_no_share_never_zero(stopped, empty, reason):
+    """Kineto stops at its CUPTI buffer limit without raising: its activities are then short of the steps, and a
+    share from them would be too low. An empty list would read 0.0, a measured idle device. Both: no share, and why;
+    the profiled ms/step is still kept."""
+    from kbench import timing
+    now = [0.0]
+    profiler = FakeProfiler(now, stopped=stopped, empty=empty)
+    found = timing.device_busy(profiler.step, lambda out: None, 5, profiler, 4.0, clock=lambda: now[0])
+    assert found["share"] is None and found["reason"].startswith(reason)
+    assert found["profiled_ms_per_step"] == pytest.approx(5.0)
 
 
 class _Backend:
@@ -362,13 +413,48 @@ def test_a_cell_without_a_device_profiler_says_why_and_a_failing_profiler_never_
     spec = matrix.spec(CONFIG, "tiny", "bert", "fit", 32, "float32", "native-torch-eager")
     spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=3))
     workload = type("W", (), {"step": staticmethod(lambda: None)})()
-    on_cpu = runner.device_busy(spec, _Backend("cpu", None), workload, lambda out: None)
+    on_cpu = runner.device_busy(spec, _Backend("cpu", None), workload, lambda out: None, 4.0)
     assert on_cpu["share"] is None and "a CPU step is host work throughout" in on_cpu["reason"]
 
-    def broken(run):
+    def broken(warm, run):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
-    failed = runner.device_busy(spec, _Backend("gpu", broken), workload, lambda out: None)
+    failed = runner.device_busy(spec, _Backend("gpu", broken), workload, lambda out: None, 4.0)
     assert failed["share"] is None and "CUPTI_ERROR_NOT_INITIALIZED" in failed["reason"]
+
+
+def test_a_cells_busy_share_is_over_its_windows_ms_per_step_and_its_host_memory_is_read_before_profiling(
+        tmp_path, monkeypatch):
+    """In process, a synthetic cell whose backend has a (fake) device profiler: the share's denominator is the cell's
+    own window (its timing's mean ms/step), and the host's peak memory is the one read before the profiler ran (a
+    profiler imports its own modules and parses its events: an eager cell's memory would read inflated)."""
+    from kbench import adapters
+    from kbench.adapters import synthetic
+    from kbench.stacks import lockcheck
+    from test_launch import synthetic_spec
+    profiled = []
+
+    def activities(warm, run):
+        from kbench import timing
+        warm()
+        run()
+        profiled.append(True)
+        return timing.Profiled([(0.0, 1.0)])
+
+    class Profiling:
+        MODELS, __name__ = synthetic.MODELS, "kbench.adapters.profiling"
+        backend = staticmethod(lambda: dataclasses.replace(synthetic.backend(), activities=activities))
+        prepare = staticmethod(synthetic.prepare)
+    monkeypatch.setattr(adapters, "load", lambda name: Profiling)
+    monkeypatch.setattr(runner, "peak_rss_bytes", lambda: (3 if profiled else 1) * 2**30)
+    lock = tmp_path / "venv.lock"
+    lock.write_text("".join(f"{n}=={v}\n" for n, v in sorted(lockcheck.installed().items())))
+    monkeypatch.setenv("KBENCH_LOCK", str(lock))
+    result = runner.run(synthetic_spec(timed=4), {"runtime": "test"})
+    assert result.status == "ok", result.error
+    busy = result.timing["device_busy"]
+    assert busy["window_ms_per_step"] == pytest.approx(result.timing["mean_ms"])
+    assert busy["share"] == pytest.approx(min(1.0, 1.0 / 4 / result.timing["mean_ms"]))
+    assert profiled and result.memory["peak_host_rss_bytes"] == 2**30
 
 
 def test_the_study_table_shows_busy_shares_only_where_a_rung_measured_one():

@@ -107,6 +107,8 @@ def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_
     assert energy["mean_power_w"] == pytest.approx(300, rel=0.05)
     assert energy["sm_clock_mhz_mean"] == 1980 and energy["memory_clock_mhz_mean"] == 2619
     assert energy["temperature_c_max"] == 61 and energy["samples"] >= 1
+    assert energy["processes_before_window"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]    # in the cell's record
+    assert energy["application_clocks_set"] is False and energy["application_sm_clock_mhz"] == 1980
     assert result.memory["nvml_processes_after_steps"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]
     summary = tables.summary_table(tables.long_table([result]))
     row = summary.iloc[0]
@@ -224,3 +226,112 @@ def test_a_window_just_under_the_energy_minimum_has_no_energy_and_one_just_over_
     assert record["energy_note"] is None
     assert record["energy_j"] == pytest.approx(300 * over, rel=1e-3)
     assert record["mean_power_w"] == pytest.approx(300, rel=1e-3)
+
+
+# ---------------------------------------------------------------- the device a cell ran on is the one it leased
+
+A = "8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f"         # a device's UUID as torch prints it (no GPU- or MIG- prefix)
+B = "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70"
+
+
+def identity(lease, uuid=None, nvml_uuid=None, mig_mode=False, name="NVIDIA H100 80GB HBM3", accelerator="gpu"):
+    """check_device_identity of a GPU cell whose framework reports `uuid` (None: it has none, as JAX and TensorFlow)
+    and whose NVML names `nvml_uuid` for the visible device, leased `lease` by the launcher."""
+    from kbench.run import runner
+    from test_launch import synthetic_spec
+    facts = {"kind": "gpu", "name": name, "uuid": uuid,
+             "nvml": {"uuid": nvml_uuid, "name": name, "mig_mode": mig_mode} if nvml_uuid else None}
+    context = {"launcher": {"gpus_allocated": lease}} if lease is not None else {}
+    return runner.check_device_identity(synthetic_spec().replace(accelerator=accelerator), "torch", facts, context)
+
+
+@pytest.mark.parametrize("lease, uuid, nvml_uuid", [
+    ([f"GPU-{A}"], A, f"GPU-{A}"),                     # torch's own UUID, the lease by UUID (host, docker, apptainer)
+    ([f"GPU-{A.upper()}"], A, None),                    # any case; no NVML
+    ([f"GPU-{A}"], None, f"GPU-{A}"),                   # JAX, TensorFlow: NVML's view of the visible device
+    (["2"], A, f"GPU-{A}"),                             # podman's lease by index: NVML's UUID of the device it handed
+])
+def test_a_cell_on_its_leased_device_passes_the_identity_check(lease, uuid, nvml_uuid):
+    found = identity(lease, uuid, nvml_uuid)
+    assert found["checked"] is True and found["mig"] is False and found["leased"] == lease
+
+
+@pytest.mark.parametrize("lease, uuid, nvml_uuid, named", [
+    ([f"GPU-{B}"], A, f"GPU-{A}", (A, f"GPU-{B}")),     # CUDA's fastest-first order picked another GPU than NVML's
+    ([f"GPU-{B}"], None, f"GPU-{A}", (f"GPU-{A}", f"GPU-{B}")),
+    (["2"], A, f"GPU-{B}", (A, f"GPU-{B}")),
+])
+def test_a_cell_on_another_device_than_its_lease_fails_naming_both(lease, uuid, nvml_uuid, named):
+    from kbench.run import runner
+    with pytest.raises(runner.DeviceMismatch) as error:
+        identity(lease, uuid, nvml_uuid)
+    assert all(name in str(error.value) for name in named), str(error.value)
+
+
+def test_a_mig_instance_leased_by_its_uuid_passes_and_is_named_mig_and_a_mig_gpu_leased_whole_fails():
+    from kbench.run import runner
+    found = identity([f"MIG-{A}"], A, f"MIG-{A}", name="NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+    assert found["checked"] is True and found["mig"] is True
+    with pytest.raises(runner.DeviceMismatch, match=f"the launcher leased GPU-{B}, a GPU in MIG mode"):
+        identity([f"GPU-{B}"], None, f"GPU-{B}", mig_mode=True, name="NVIDIA A100-SXM4-40GB")
+
+
+def test_nothing_to_compare_is_said_and_a_cpu_cell_has_no_identity_check():
+    unleased = identity(None, A, f"GPU-{A}")
+    assert unleased["checked"] is False and "no lease" in unleased["reason"]
+    no_uuid = identity([f"GPU-{A}"], None, None)
+    assert no_uuid["checked"] is False and "no device UUID" in no_uuid["reason"]
+    assert identity([f"GPU-{A}"], A, f"GPU-{A}", accelerator="cpu") is None
+
+
+@pytest.mark.parametrize("leased, status", [(["GPU-fake-2"], "ok"), (["GPU-fake-1"], "failed")])
+def test_a_cell_whose_visible_gpu_is_not_its_lease_fails_with_device_mismatch(tmp_path, monkeypatch, leased, status):
+    """In process, the synthetic GPU on the fake NVML: CUDA_VISIBLE_DEVICES names GPU-fake-2, the launcher's context
+    says it leased `leased`. The check runs before the model is built."""
+    from kbench.run import runner
+    from kbench.stacks import lockcheck
+    from test_launch import synthetic_spec
+    sys.path.insert(0, str(FAKE_NVML))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-2")
+    monkeypatch.setenv("KBENCH_SYNTHETIC_GPU", "1")
+    lock = tmp_path / "venv.lock"
+    lock.write_text("".join(f"{n}=={v}\n" for n, v in sorted(lockcheck.installed().items())))
+    monkeypatch.setenv("KBENCH_LOCK", str(lock))
+    try:
+        result = runner.run(synthetic_spec(build_s=0).replace(accelerator="gpu"),
+                            {"runtime": "test", "launcher": {"gpus_allocated": leased}})
+    finally:
+        sys.path.remove(str(FAKE_NVML))
+        sys.modules.pop("pynvml", None)
+    assert result.status == status, result.error
+    if status == "failed":
+        assert result.error["type"] == "DeviceMismatch" and result.params is None
+        assert "GPU-fake-2" in result.error["message"] and "GPU-fake-1" in result.error["message"]
+    else:
+        assert result.provenance["device_identity"]["checked"] is True
+
+
+def test_application_clocks_and_the_processes_before_the_window_are_recorded(monkeypatch):
+    """The fake NVML with its clocks held at a set application clock (reason 0x2, SM 1410 of a default 1980) and a
+    second process (PID 777) on the GPU before the window, gone by its end: the record names both, and 0x2 is no
+    slowdown."""
+    sys.path.insert(0, str(FAKE_NVML))
+    monkeypatch.setenv("KBENCH_FAKE_NVML_REASONS", str(0x2))
+    monkeypatch.setenv("KBENCH_FAKE_NVML_APPLICATION_SM_MHZ", "1410")
+    monkeypatch.setenv("KBENCH_FAKE_NVML_PIDS", "777")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
+    try:
+        from kbench.gpu import nvml
+        monitor = nvml.WindowMonitor()
+        monitor.start()
+        monkeypatch.setenv("KBENCH_FAKE_NVML_PIDS", "")
+        record = monitor.stop()
+    finally:
+        sys.path.remove(str(FAKE_NVML))
+        sys.modules.pop("pynvml", None)
+    assert record["application_clocks_set"] is True and record["clock_event_reasons"] == 0x2
+    assert record["slowdowns"] == [] and record["power_capped"] is False
+    assert record["application_sm_clock_mhz"] == 1410 and record["default_application_sm_clock_mhz"] == 1980
+    assert record["application_memory_clock_mhz"] == record["default_application_memory_clock_mhz"] == 2619
+    assert record["processes_before_window"] == [{"pid": 4242, "used_bytes": 3 * 2**30},
+                                                 {"pid": 777, "used_bytes": 2**30}]

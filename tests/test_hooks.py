@@ -2,10 +2,12 @@
 has none of them): a hook that stopped calling its framework's own sync would let async device work escape the
 timed window on a GPU, and no CPU timing would show it."""
 import sys
+import textwrap
 import types
 
 import pytest
 
+from conftest import image_record, python_in_image
 from kbench import timing
 from kbench.adapters import _hooks, synthetic
 
@@ -87,13 +89,18 @@ def fake_jax(monkeypatch, calls):
     return _hooks.jax_hooks()
 
 
-def test_jax_float32_cells_get_the_f32_algorithm_preset_and_half_precision_cells_no_precision(monkeypatch, calls):
-    """A global "highest" tags every dot, bf16 too (no Triton GEMM fusion; jax issue 34917's crash inside while
-    loops, keras-hub's generate): only float32-compute cells get a precision, as the F32_F32_F32 preset; a
-    half-precision cell gets JAX's default back (None), since one process may run a float32 cell before it (the
-    equivalence job); library-default touches nothing."""
+def test_jax_float32_cells_get_highest_generate_cells_the_f32_preset_and_half_precision_cells_none(monkeypatch,
+                                                                                                   calls):
+    """A global precision tags every dot, bf16 too (no Triton GEMM fusion): only float32-compute cells get one,
+    "highest" (it reaches convolutions, the F32_F32_F32 preset does not), and a generate cell the preset (jax issue
+    34917's crash on a non-default precision inside while loops, keras-hub's generate); a half-precision cell gets
+    JAX's default back (None), since one process may run a float32 cell before it (the equivalence job);
+    library-default touches nothing."""
     hooks = fake_jax(monkeypatch, calls)
-    hooks["set_tf32"]("off", "float32")
+    hooks["set_tf32"]("off", "float32", "fit")
+    assert calls.calls == [("config.update", ("jax_default_matmul_precision", "highest"))]
+    calls.calls.clear()
+    hooks["set_tf32"]("off", "float32", "generate")
     assert calls.calls == [("config.update", ("jax_default_matmul_precision", "F32_F32_F32"))]
     calls.calls.clear()
     for compute in ("bfloat16", "float16"):
@@ -102,3 +109,107 @@ def test_jax_float32_cells_get_the_f32_algorithm_preset_and_half_precision_cells
     calls.calls.clear()
     hooks["set_tf32"]("library-default", "float32")
     assert calls.calls == []
+
+
+class FakeProfile:
+    """torch.profiler.profile as the hook drives it: a schedule of one warm-up step and one recorded step; the events
+    of the recorded step only (torch discards the warm-up's). kineto_stops: the step at which Kineto reports itself
+    stopped (torch.autograd._is_kineto_stopped), as at its CUPTI buffer limit."""
+
+    def __init__(self, log, activities, schedule):
+        self.log, self.step_num = log, 0
+        self.log.append(("profile", tuple(activities), schedule))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append(("exit", self.step_num))
+        return False
+
+    def step(self):
+        self.step_num += 1
+        self.log.append(("step", self.step_num))
+
+    def events(self):
+        def event(kind, start, end):
+            return types.SimpleNamespace(device_type=kind, time_range=types.SimpleNamespace(start=start, end=end))
+        return [event("CUDA", 1000, 4000), event("CPU", 0, 9000), event("CUDA", 5000, 8000)]
+
+
+def fake_torch_profiler(monkeypatch, log, stopped):
+    autograd = types.SimpleNamespace(DeviceType=types.SimpleNamespace(CUDA="CUDA", CPU="CPU"))
+    if stopped is not None:
+        autograd._is_kineto_stopped = lambda: stopped
+    profiler = types.SimpleNamespace(
+        ProfilerActivity=types.SimpleNamespace(CUDA="activity CUDA", CPU="activity CPU"),
+        schedule=lambda **kwargs: kwargs, profile=lambda activities, schedule: FakeProfile(log, activities, schedule))
+    install(monkeypatch, "torch", types.SimpleNamespace(autograd=autograd, profiler=profiler))
+    install(monkeypatch, "torch.autograd", autograd)
+    install(monkeypatch, "torch.profiler", profiler)
+
+
+@pytest.mark.parametrize("stopped", [True, False, None])
+def test_torch_profiles_a_discarded_warm_step_then_the_steps_and_reports_a_stopped_kineto(monkeypatch, stopped):
+    """The warm step runs as the schedule's warm-up (its activities discarded), the steps as its one recorded step;
+    the CUDA activities come back in ms. A Kineto that stopped collecting (torch 2.13's _is_kineto_stopped; an older
+    torch has no such call: None) is reported, never returned as a short list that reads as an idle device."""
+    log = []
+    fake_torch_profiler(monkeypatch, log, stopped)
+    found = _hooks.torch_activities(lambda: log.append("warm"), lambda: log.append("run"))
+    assert log == [("profile", ("activity CUDA",), {"wait": 0, "warmup": 1, "active": 1, "repeat": 1}),
+                   "warm", ("step", 1), "run", ("step", 2), ("exit", 2)]
+    assert found.intervals == [(1.0, 4.0), (5.0, 8.0)]
+    assert (found.stopped is not None) is bool(stopped)
+    if stopped:
+        assert "_is_kineto_stopped" in found.stopped
+
+
+# ---------------------------------------------------------------- e2e: the schedule on a real torch (CPU activity)
+
+# Runs inside the native-torch image (a CPU torch: its CPU activity stands in for CUDA's, same schedule).
+TORCH_SCHEDULE = textwrap.dedent('''
+    import json, torch
+    from kbench.adapters import _hooks
+
+    a = torch.ones(64, 64)
+
+    def matmuls(n):
+        def run():
+            for _ in range(n):
+                torch.mm(a, a)
+        return run
+
+    alone = _hooks.torch_activities(lambda: None, matmuls(2), activity="CPU")
+    after_warm = _hooks.torch_activities(matmuls(7), matmuls(2), activity="CPU")
+    print("SCHEDULE " + json.dumps({"alone": len(alone.intervals), "after_warm": len(after_warm.intervals),
+                                    "stopped": after_warm.stopped,
+                                    "kineto_check": hasattr(torch.autograd, "_is_kineto_stopped")}), flush=True)
+''')
+
+
+@pytest.fixture(scope="module")
+def native_torch_image(tmp_path_factory, built):
+    return image_record(tmp_path_factory, built, "native-torch")
+
+
+@pytest.mark.e2e
+def test_torchs_profiler_schedule_discards_the_warm_steps_activities(native_torch_image):
+    """On the locked torch: the warm step's 7 matmuls run under the schedule's warm-up and are not among the
+    activities (as many as the 2 matmuls profiled alone give), and its Kineto has _is_kineto_stopped. The CUDA
+    activity is the GPU's: not yet run on a GPU."""
+    found = python_in_image(native_torch_image, TORCH_SCHEDULE, "SCHEDULE")
+    assert found["alone"] > 0 and found["after_warm"] == found["alone"], found
+    assert found["stopped"] is None and found["kineto_check"] is True
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_torch_reports_the_uuid_cuda_gives_its_device(monkeypatch, cuda):
+    """What the runner compares with the launcher's lease (kbench.run.runner.check_device_identity): the device's UUID
+    from CUDA's own properties of device 0, the one the cell computes on; none on a CPU."""
+    props = types.SimpleNamespace(uuid="8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f")
+    fake_cuda = types.SimpleNamespace(is_available=lambda: cuda, get_device_name=lambda i: "NVIDIA H100 80GB HBM3",
+                                      device_count=lambda: int(cuda), get_device_properties=lambda i: [props][i])
+    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda, version=types.SimpleNamespace(cuda="12.8")))
+    found = _hooks.torch_hooks()["device"]()
+    assert found["uuid"] == ("8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f" if cuda else None)

@@ -149,3 +149,20 @@ def test_a_non_finite_output_never_agrees(workload, size, bad):
     expected = np.ones(4, np.float32)
     assert jax_numpy.relative_error(np.array([1, bad, 1, 1], np.float32), expected) == float("inf")
     assert jax_numpy.relative_error((expected, np.array([bad, 1], np.float32)), (expected, np.ones(2))) == float("inf")
+
+
+def test_the_rules_script_starts_the_job_on_every_cpu_of_the_host(monkeypatch):
+    """scripts/run_jax_numpy.py hands the launcher Options.host_cpus: its job gets every CPU, not a GPU's share
+    (kbench.run.launch.gpu_lease; tests/test_launch.py starts such a job under a lease)."""
+    import runpy
+    from types import SimpleNamespace
+    from kbench.run import launch
+    started = []
+    monkeypatch.setattr(launch, "run_cell", lambda *args: started.append(args))
+    snakemake = SimpleNamespace(params=SimpleNamespace(job={"cell_id": "tiny/jax_numpy"}, runtime="podman"),
+                                input=SimpleNamespace(environment="images/keras3-jax.gpu.json"),
+                                output=SimpleNamespace(json="jax_numpy/tiny/result.json"), log=["jax_numpy.log"],
+                                resources=SimpleNamespace(cell_timeout_s=600))
+    runpy.run_path(str(REPO / "scripts" / "run_jax_numpy.py"), init_globals={"snakemake": snakemake})
+    (options,) = [args[-1] for args in started]
+    assert options.host_cpus and options.module == "kbench.studies.jax_numpy" and options.timeout_s == 600

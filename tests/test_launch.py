@@ -253,6 +253,19 @@ def test_a_float32_cell_whose_matmul_is_tf32_is_failed(tmp_path, driver_environm
     assert result.status == "ok" and result.numerics["probe"]["observed_class"] == "tf32"
 
 
+def test_a_float32_cell_whose_convolution_is_tf32_is_failed_though_its_matmul_is_float32(tmp_path,
+                                                                                         driver_environment):
+    """A framework whose switch reaches its matmuls but not its convolutions (JAX's F32_F32_F32 dot preset): the
+    convolution probe beside the matmul probe fails the float32 cell."""
+    spec = synthetic_spec()
+    spec = spec.replace(env={"KBENCH_SYNTHETIC_CONV": "tf32"})
+    result = run(tmp_path, driver_environment, spec)
+    assert result.status == "failed" and result.error["type"] == "ReducedPrecision", result.error
+    assert result.error["message"].startswith("float32 convolution probe says tf32")
+    probe = result.numerics["probe"]
+    assert probe["observed_class"] == "fp32" and probe["conv_class"] == "tf32" and result.timing is None
+
+
 def test_the_first_losses_survive_steps_that_reuse_their_output_memory(tmp_path, driver_environment):
     """A CUDA-graph replay overwrites the tensors the last replay returned: the synthetic fit returns one buffer
     that every step overwrites, and the workload keeps a copy of the first."""
@@ -446,6 +459,28 @@ def test_a_killed_driver_leaves_no_record_however_long_removing_the_cell_takes(t
     assert not (tmp_path / "cell.json").exists()
 
 
+def test_an_attempt_kept_on_a_disk_that_fills_midway_is_whole_or_absent(tmp_path, monkeypatch):
+    """A full disk while the record and log are kept under attempts/: the error goes up (the job fails, and a rerun
+    redoes it), and attempts/ holds no truncated copy; with room again both copies are whole."""
+    import errno
+    out, log = tmp_path / "cell.json", tmp_path / "cell.log"
+    out.write_text(json.dumps({"cell_id": "x", "status": "ok", "timing": {"block_ms": list(range(500))}}))
+    log.write_text("step\n" * 2000)
+
+    def full_disk(source, target, **kwargs):
+        data = Path(source).read_bytes()
+        Path(target).write_bytes(data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(launch.shutil, "copyfile", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        launch._keep_attempt(out, log)
+    assert sorted(p.name for p in (tmp_path / "attempts").iterdir()) == []
+    monkeypatch.undo()
+    launch._keep_attempt(out, log)
+    kept = {p.name.split(".")[1]: p.read_bytes() for p in (tmp_path / "attempts").iterdir()}
+    assert kept == {"json": out.read_bytes(), "log": log.read_bytes()}
+
+
 def test_a_cell_waits_for_its_previous_process_to_let_go(tmp_path, driver_environment):
     """A resumed run never overlaps the same cell still running from before: the launcher holds a lock per cell."""
     import fcntl
@@ -568,9 +603,38 @@ def test_exit_statuses_are_decoded(returncode, memory_limit_mb, message):
     assert launch.exit_failure(returncode, memory_limit_mb)["message"] == message
 
 
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
+def test_a_container_the_kernel_oom_killed_reads_oom_and_stops_the_ladder(tmp_path, monkeypatch, runtime):
+    """The container's client exits 137 and its inspect says State.OOMKilled: the cell is `oom` (as a framework's own
+    out-of-memory error), so the batch study's next rung is not run; a plain SIGKILL without OOMKilled stays failed."""
+    tool = tmp_path / "bin" / runtime
+    tool.parent.mkdir()
+    tool.write_text(f"""#!/bin/sh
+case "$1" in
+  run) cat >/dev/null; exit 137 ;;
+  inspect) cat {tmp_path}/oom_killed ;;
+esac
+exit 0
+""")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    record = tmp_path / "image.json"
+    record.write_text(json.dumps({"kind": "image", "id": "sha256:aa"}))
+    (tmp_path / "oom_killed").write_text("true\n")
+    result = launch.run_cell(synthetic_spec(), runtime, record, tmp_path / "cell.json", tmp_path / "cell.log",
+                             launch.Options(timeout_s=30, memory_mb=256))
+    assert (result.status, result.error["type"]) == ("oom", "OutOfMemory"), result.error
+    assert result.error["message"] == "the kernel killed the cell for memory (container OOMKilled)"
+    assert launch.ladder_stopped(result)["message"] == ("not run: batch 4 already ran out of memory (OutOfMemory)")
+    (tmp_path / "oom_killed").write_text("false\n")
+    result = launch.run_cell(synthetic_spec(), runtime, record, tmp_path / "cell.json", tmp_path / "cell.log",
+                             launch.Options(timeout_s=30, memory_mb=256))
+    assert (result.status, result.error["type"]) == ("failed", "Killed") and launch.ladder_stopped(result) is None
+
+
 @pytest.mark.parametrize("runtime, flags", [
     ("podman", ["--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3"]),
-    ("docker", ["--gpus", "device=1,3"]),
+    ("docker", ["--gpus", '"device=1,3"']),
     ("apptainer", ["--nv", "--env", "CUDA_VISIBLE_DEVICES=1,3"]),
 ])
 def test_a_slurm_job_hands_only_its_allocation_to_the_container(runtime, flags, monkeypatch):
@@ -606,9 +670,24 @@ esac
     return tmp_path
 
 
-def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake_podman, tmp_path, monkeypatch):
+@pytest.fixture
+def account(tmp_path, monkeypatch):
+    """The launcher as uid 1000 on a fake cgroup v2 tree whose user manager systemd gave `controllers`
+    (tests/test_host.py's fake_cgroup), read by the real kbench.host.cpuset_delegation."""
+    from test_host import USER, fake_cgroup
+    read = launch.host.cpuset_delegation
+
+    def given(controllers: str) -> None:
+        cgroup, own = fake_cgroup(tmp_path / "cgroup", controllers)
+        monkeypatch.setattr(launch.host, "cpuset_delegation", lambda: read(uid=USER, cgroup=cgroup, own=own))
+    return given
+
+
+def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake_podman, tmp_path, monkeypatch,
+                                                                           account):
     """The wiring from the job's environment to the container's command line: GPU 2 and CPU 3 of the node, the
     job's memory; not every GPU of the node."""
+    account("cpuset cpu io memory pids")
     (fake_podman / "storage").write_text("sha256:aa\n")
     record = tmp_path / "image.json"
     record.write_text(json.dumps({"kind": "image", "id": "sha256:aa"}))
@@ -625,7 +704,7 @@ def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake
     assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=2" and argv.count("--device") == 1
     assert "--memory=6000m" in argv and "--cpuset-cpus=3" in argv
     assert result.provenance["launcher"] == {"node": socket.gethostname(), "gpus_allocated": ["2"],
-                                             "cpus_allocated": [3], "slurm_job_id": "9"}
+                                             "cpus_allocated": [3], "cpu_pinning": "cpuset", "slurm_job_id": "9"}
 
 
 def test_a_cpu_cell_in_a_slurm_job_with_a_gpu_records_the_jobs_allocation(fake_podman, tmp_path, monkeypatch):
@@ -668,6 +747,7 @@ def gpu_host(tmp_path, monkeypatch):
     for name in ("SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(launch, "LEASES", tmp_path)
+    monkeypatch.setattr(launch.host, "SYSFS", tmp_path / "no-sysfs")        # no topology: the CPUs in order
     from kbench.gpu import preflight
     return preflight.Host(run=lambda argv: rows)
 
@@ -751,9 +831,11 @@ def test_a_host_or_preinstalled_cell_gets_the_variables_that_find_the_gpu(monkey
 def test_a_host_cell_gets_the_cuda_toolkit_and_ptxas_paths_where_the_host_sets_them_and_none_where_it_does_not(
         monkeypatch, runtime):
     """An HPC `module load cuda` sets CUDA_PATH, and Triton finds its ptxas through TRITON_PTXAS_PATH where the
-    wheel's own does not match the driver: a cell process in the driver's environment gets both as the host has them,
-    and no made-up value where the host has none."""
-    toolkit = {"CUDA_PATH": "/opt/cuda-12.4", "TRITON_PTXAS_PATH": "/opt/cuda-12.4/bin/ptxas"}
+    wheel's own does not match the driver, and Triton's first compile builds with the host's CC/CXX (a conda
+    Python's compilers): a cell process in the driver's environment gets them as the host has them, and no made-up
+    value where the host has none."""
+    toolkit = {"CUDA_PATH": "/opt/cuda-12.4", "TRITON_PTXAS_PATH": "/opt/cuda-12.4/bin/ptxas",
+               "CC": "/opt/conda/bin/x86_64-conda-linux-gnu-cc", "CXX": "/opt/conda/bin/x86_64-conda-linux-gnu-c++"}
     for name, value in toolkit.items():
         monkeypatch.setenv(name, value)
     kept = launch.process_env(runtime, {"lock": "envs/native-torch.gpu.lock"}, gpus=["GPU-1"])
@@ -870,7 +952,89 @@ def test_cells_side_by_side_outside_a_scheduler_each_get_their_gpus_share_of_the
     assert "--cpuset-cpus=2,3" in argv and argv[argv.index("--device") + 1] == "nvidia.com/gpu=1"
 
 
-def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatch) -> tuple[list[int], dict, str]:
+def fake_topology(root: Path, sockets: int = 2, cores: int = 4, threads: int = 2, gpu_nodes=()) -> Path:
+    """A sysfs of `sockets` NUMA nodes of `cores` cores of `threads` threads, numbered as Linux numbers a two-socket
+    host with hyperthreads: each socket's first threads (0-3, 4-7), then their siblings in the same order (8-11,
+    12-15); gpu_nodes: the NUMA node of GPU i's PCI device (bus 0000:i:00.0)."""
+    every = sockets * cores
+    for socket_ in range(sockets):
+        node = []
+        for core in range(cores):
+            siblings = [socket_ * cores + core + thread * every for thread in range(threads)]
+            for cpu in siblings:
+                topology = root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+                topology.mkdir(parents=True)
+                (topology / "core_cpus_list").write_text(",".join(map(str, siblings)) + "\n")
+                (topology / "thread_siblings_list").write_text(",".join(map(str, siblings)) + "\n")
+            node += siblings
+        folder = root / "devices" / "system" / "node" / f"node{socket_}"
+        folder.mkdir(parents=True)
+        (folder / "cpulist").write_text(f"{socket_ * cores}-{socket_ * cores + cores - 1},"
+                                        f"{every + socket_ * cores}-{every + socket_ * cores + cores - 1}\n")
+    for gpu, node in enumerate(gpu_nodes):
+        device = root / "bus" / "pci" / "devices" / f"0000:{gpu:02x}:00.0"
+        device.mkdir(parents=True)
+        (device / "numa_node").write_text(f"{node}\n")
+    return root
+
+
+def gpus_on_bus(count: int) -> list[dict]:
+    """GPUs as nvidia-smi lists them, with their PCI bus IDs as it writes them."""
+    return [{**d, "pci_bus_id": f"00000000:{i:02X}:00.0"} for i, d in enumerate(fake_devices(count))]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 8])
+def test_cpu_shares_are_whole_cores_and_keep_to_one_numa_node(tmp_path, monkeypatch, count):
+    """Two sockets x 4 cores x 2 threads (CPUs 0-7, siblings 8-15), GPUs whose NUMA node is unknown: no two shares
+    hold siblings of one core, all shares are the same number of cores, and each keeps to one node where the count
+    allows (1 cell: all of them; 3 cells of 2 cores: two in node 0, one in node 1)."""
+    sysfs = fake_topology(tmp_path / "sys")
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(16)))
+    shares = launch.cpu_shares(fake_devices(count), sysfs)
+    cores = [{c, c + 8} for c in range(8)]
+    nodes = [set(range(0, 4)) | set(range(8, 12)), set(range(4, 8)) | set(range(12, 16))]
+    for core in cores:
+        assert sum(bool(core & set(share)) for share in shares) <= 1, (core, shares)
+        assert all(core <= set(share) for share in shares if core & set(share)), (core, shares)
+    assert len({len(share) for share in shares}) == 1 and len(shares[0]) == 2 * (8 // count)
+    assert sum(map(len, shares)) == 2 * (8 // count) * count
+    assert all(any(set(share) <= node for node in nodes) for share in shares) or count == 1, shares
+    assert [launch.cpu_share(i, fake_devices(count), sysfs) for i in range(count)] == shares
+
+
+def test_each_cell_gets_cores_of_its_gpus_numa_node(tmp_path, monkeypatch, gpu_host):
+    """GPUs 0 and 1 hang off node 1, GPUs 2 and 3 off node 0 (sysfs numa_node of nvidia-smi's pci.bus_id): each
+    cell's share is two whole cores of its GPU's node; the lease reads the bus ID from nvidia-smi."""
+    from kbench.gpu import preflight
+    sysfs = fake_topology(tmp_path / "sys", gpu_nodes=(1, 1, 0, 0))
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert launch.cpu_shares(gpus_on_bus(4), sysfs) == [[4, 5, 12, 13], [6, 7, 14, 15], [0, 1, 8, 9],
+                                                        [2, 3, 10, 11]]
+    monkeypatch.setattr(launch.host, "SYSFS", fake_topology(tmp_path / "sys2", gpu_nodes=(1, 0)))
+    rows = "".join(f"{d['index']}, {d['name']}, {d['driver_version']}, {d['uuid']}, {d['pci_bus_id']}\n"
+                   for d in gpus_on_bus(2))
+    host = preflight.Host(run=lambda argv: rows)
+    assert [d["pci_bus_id"] for d in preflight.gpus(host)] == ["00000000:00:00.0", "00000000:01:00.0"]
+    spec = synthetic_spec().replace(accelerator="gpu")
+    with launch.gpu_lease(spec, PODMAN, host) as first, launch.gpu_lease(spec, PODMAN, host) as second:
+        assert (first, first.cpus) == (["0"], [4, 5, 6, 7, 12, 13, 14, 15])
+        assert (second, second.cpus) == (["1"], [0, 1, 2, 3, 8, 9, 10, 11])
+
+
+def test_without_a_topology_or_with_fewer_cores_than_cells_the_cpus_go_in_order(tmp_path, monkeypatch):
+    """No sysfs (a container's view): every CPU counts as a core, shares are the CPUs in order, as before. One core
+    of two threads for two GPUs: a thread each (nothing better exists); fewer CPUs than cells: no share."""
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(6)))
+    assert launch.cpu_shares(fake_devices(2), tmp_path / "none") == [[0, 1, 2], [3, 4, 5]]
+    assert launch.cpu_shares(fake_devices(4), tmp_path / "none") == [[0], [1], [2], [3]]
+    sysfs = fake_topology(tmp_path / "sys", sockets=1, cores=1, threads=2)
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert launch.cpu_shares(fake_devices(2), sysfs) == [[0], [1]]
+    assert launch.cpu_shares(fake_devices(3), sysfs) is None and launch.cpu_share(0, fake_devices(3), sysfs) is None
+
+
+def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatch,
+                                    options=launch.Options(timeout_s=30)) -> tuple[list[int], dict, str]:
     """A GPU cell started while another cell holds GPU-fake-0, so its lease is GPU-fake-1 with the second half of
     this process's CPUs. The process the launcher starts (the cell's interpreter on the host, the client on podman)
     is a stand-in that writes down the CPUs it may run on. Returns them, the record's launcher, the log's argv."""
@@ -895,7 +1059,7 @@ def run_under_the_second_gpus_lease(runtime: str, gpu_host, tmp_path, monkeypatc
     spec = synthetic_spec().replace(accelerator="gpu")
     with launch.gpu_lease(spec, runtimes.resolve(runtime), gpu_host):             # another cell holds GPU-fake-0
         result = launch.run_cell(spec, runtime, tmp_path / "environment.json", tmp_path / "cell.json",
-                                 tmp_path / "cell.log", launch.Options(timeout_s=30))
+                                 tmp_path / "cell.log", options)
     return json.loads(seen.read_text()), result.provenance["launcher"], (tmp_path / "cell.log").read_text()
 
 
@@ -907,22 +1071,66 @@ def test_a_host_cell_under_a_lease_runs_on_its_share_of_the_cpus_only(gpu_host, 
     second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
     affinity, launcher, log = run_under_the_second_gpus_lease("host", gpu_host, tmp_path, monkeypatch)
     assert launcher["gpus_allocated"] == ["GPU-fake-1"] and launcher["cpus_allocated"] == second_half
-    assert affinity == second_half and affinity != mine
+    assert affinity == second_half and affinity != mine and launcher["cpu_pinning"] == "affinity"
     assert "--cpuset-cpus" not in log
 
 
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
 def test_a_container_cell_under_a_lease_gets_its_share_as_a_cpuset_and_its_client_is_not_pinned(
-        gpu_host, tmp_path, monkeypatch):
-    """The container runs outside the client's process tree (conmon, dockerd): pinning the client would confine
-    nothing but the client; the container gets the share as --cpuset-cpus."""
+        gpu_host, tmp_path, monkeypatch, account, runtime):
+    """An account whose containers may have a cpuset (systemd delegates cpuset to it, or root): the container gets
+    the share as --cpuset-cpus, and the client runs where it likes (docker's daemon starts the container anyway)."""
+    account("cpuset cpu io memory pids")
+    mine = sorted(os.sched_getaffinity(0))
+    assert len(mine) >= 2, "two GPUs' shares need two CPUs to tell apart"
+    second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
+    affinity, launcher, log = run_under_the_second_gpus_lease(runtime, gpu_host, tmp_path, monkeypatch)
+    assert launcher["cpus_allocated"] == second_half and launcher["cpu_pinning"] == "cpuset"
+    assert affinity == mine
+    argv = log.splitlines()[0].split()
+    assert argv[:3] == ["$", runtime, "run"] and f"--cpuset-cpus={','.join(map(str, second_half))}" in argv
+    assert "taskset" not in argv
+
+
+def test_rootless_podman_without_the_cpuset_controller_pins_its_client_and_the_cell_instead(
+        gpu_host, tmp_path, monkeypatch, account):
+    """uid 1000, whose user manager systemd gave its default `cpu io memory pids`: --cpuset-cpus would stop the
+    container ("controller `cpuset` is not available"), so the podman client runs on the share (conmon and the
+    container inherit it), the cell's command in the image starts under taskset on the same CPUs (runc 1.2.7 and
+    newer reset an inherited affinity), and the record says so. docker's daemon sets its cpuset whoever asks."""
+    account("cpu io memory pids")
     mine = sorted(os.sched_getaffinity(0))
     assert len(mine) >= 2, "two GPUs' shares need two CPUs to tell apart"
     second_half = mine[len(mine) // 2:2 * (len(mine) // 2)]
     affinity, launcher, log = run_under_the_second_gpus_lease("podman", gpu_host, tmp_path, monkeypatch)
-    assert launcher["gpus_allocated"] == ["1"] and launcher["cpus_allocated"] == second_half
-    assert affinity == mine
+    assert launcher["cpus_allocated"] == second_half and launcher["cpu_pinning"] == "client affinity"
+    assert affinity == second_half and affinity != mine
     argv = log.splitlines()[0].split()
-    assert argv[:3] == ["$", "podman", "run"] and f"--cpuset-cpus={','.join(map(str, second_half))}" in argv
+    assert not [a for a in argv if a.startswith("--cpuset-cpus")], argv
+    started = argv.index("sha256:aa")
+    assert argv[started + 1:started + 5] == ["taskset", "--cpu-list", ",".join(map(str, second_half)), "python"]
+
+
+def test_the_jax_numpy_job_gets_every_cpu_while_a_cell_gets_its_gpus_share(gpu_host, tmp_path, monkeypatch):
+    """Two GPUs, four CPUs: a cell on the second GPU gets CPUs 2-3, the JAX-against-NumPy job (Options.host_cpus) all
+    four with that GPU alone, so its NumPy half does not get slower on a host with more GPUs. Then started for real: the
+    job's process runs on every CPU this one may use, and its record says so."""
+    spec = synthetic_spec().replace(accelerator="gpu")
+    with launch.gpu_lease(spec, HOST, gpu_host):                                   # another cell holds GPU-fake-0
+        with monkeypatch.context() as m:
+            m.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+            with launch.gpu_lease(spec, HOST, gpu_host) as cell_lease:
+                assert (cell_lease, cell_lease.cpus) == (["GPU-fake-1"], [2, 3])
+            with launch.gpu_lease(spec, HOST, gpu_host, host_cpus=True) as study_lease:
+                assert (study_lease, study_lease.cpus) == (["GPU-fake-1"], [0, 1, 2, 3])
+    mine = sorted(os.sched_getaffinity(0))
+    affinity, launcher, _ = run_under_the_second_gpus_lease(
+        "host", gpu_host, tmp_path, monkeypatch,
+        launch.Options(timeout_s=30, module="kbench.studies.jax_numpy", host_cpus=True))
+    assert affinity == mine and launcher["cpus_allocated"] == mine and launcher["gpus_allocated"] == ["GPU-fake-1"]
+    cpu_job = launch.run_cell(synthetic_spec(), "host", tmp_path / "environment.json", tmp_path / "cpu.json",
+                              tmp_path / "cpu.log", launch.Options(timeout_s=30, host_cpus=True))
+    assert cpu_job.provenance["launcher"]["cpus_allocated"] == mine       # a CPU run: the CPUs it had, all of them
 
 
 @pytest.mark.parametrize("listed, runtime, handed", [

@@ -96,6 +96,34 @@ def test_a_not_applicable_rule_with_a_precision_takes_that_precision_only(config
     assert found == {"float32": None, "tf32": None, "mixed_float16": "no", "mixed_bfloat16": None}
 
 
+@pytest.mark.parametrize("accelerator", ["gpu", "gpu-cuda12"])
+def test_a_keras3_jax_gpu_cell_may_take_the_whole_device_as_the_other_columns_may(config, accelerator):
+    """With preallocation off XLA's allocator still stops at its default fraction, 75% of the GPU, where torch's may
+    take all of it: a keras3-jax GPU cell's env sets the fraction to the whole device (the name jaxlib 0.10.2 reads;
+    its deprecated name beside it would be an error), and a CPU cell's env has no GPU settings at all."""
+    config["accelerator"] = accelerator
+    spec = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax")
+    assert spec.env.get("XLA_CLIENT_MEM_FRACTION") == "1.0" and spec.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in spec.env
+    config["accelerator"] = "cpu"
+    on_cpu = matrix.spec(config, "tiny", "bert", "fit", 32, "float32", "keras3-jax")
+    assert not {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "JAX_PLATFORMS"} & set(on_cpu.env)
+
+
+@pytest.mark.parametrize("accelerator", ["gpu", "gpu-cuda12", "cpu"])
+def test_every_gpu_cell_numbers_its_devices_in_pci_order_as_nvml_does(config, accelerator):
+    """CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML and nvidia-smi by PCI bus: a
+    CUDA_VISIBLE_DEVICES index would name another GPU for the framework than for NVML and the lease. Every GPU cell
+    (and the equivalence and JAX-NumPy jobs, which take the same env) sets the order; a CPU cell has no GPU settings."""
+    config["accelerator"] = accelerator
+    envs = [matrix.spec(config, "tiny", "bert", "fit", 32, "float32", framework).env
+            for framework in config["frameworks"]]
+    expected = None if accelerator == "cpu" else "PCI_BUS_ID"
+    assert [env.get("CUDA_DEVICE_ORDER") for env in envs] == [expected] * len(envs)
+    job = matrix.equivalence_job(config, "tiny", "strict", "bert", "keras3-jax")
+    assert job["env"].get("CUDA_DEVICE_ORDER") == expected
+
+
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
     assert spec.size == "tiny" and dataclasses.asdict(spec.steps) == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],
@@ -104,7 +132,7 @@ def test_spec_resolves_size_steps_and_task_options(config):
     assert spec.task_options == {"prompt_length": 5, "new_tokens": 45}
     assert spec.precision == "bfloat16"
     assert spec.framework_def["env"] == {"KERAS_BACKEND": "torch"}
-    assert spec.env == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch"}
+    assert spec.env == {"NVIDIA_TF32_OVERRIDE": "0", "KERAS_BACKEND": "torch", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert spec.cell_id == "tiny/strict/gemma/generate/bs1/bfloat16/keras3-torch" and spec.profile == "strict"
 
 

@@ -291,3 +291,25 @@ def test_an_exported_cuda_visible_devices_picks_gpus_by_uuid_as_by_index(exporte
     """CUDA takes a GPU's UUID in CUDA_VISIBLE_DEVICES as it takes its index (a UUID does not change with the device
     order): the run may use the GPU either names, and none that neither names."""
     assert preflight.visible(NODE, {"CUDA_VISIBLE_DEVICES": exported}) == [NODE[i] for i in picked]
+
+
+def test_podman_without_the_cpuset_controller_is_noted_with_what_an_admin_sets_once(tmp_path, capsys):
+    """uid 1000 with systemd's default delegation (cpu io memory pids, no cpuset): a GPU run in podman is noted, not
+    refused (the launcher pins the cells' clients instead, tests/test_launch.py), naming the controllers it read and
+    the drop-in that delegates cpuset; docker, and an account that has cpuset, get no note."""
+    from test_host import USER, fake_cgroup
+    cgroup, own = fake_cgroup(tmp_path / "cgroup", "cpu io memory pids")
+    gpu_host = fake_host(tmp_path)
+    gpu_host.delegation = lambda: host.cpuset_delegation(uid=USER, cgroup=cgroup, own=own)
+    (note,) = preflight.notes("gpu", TORCH_STACKS, gpu_host, runtime="podman")
+    assert note.startswith(f"podman: this account's containers cannot be given a cpuset ({cgroup}/user.slice/"
+                           f"user-{USER}.slice/user@{USER}.service/cgroup.controllers: cpu io memory pids)")
+    assert ("/etc/systemd/system/user@.service.d/delegate.conf to `[Service]` `Delegate=cpu cpuset io memory pids` "
+            "and runs `systemctl daemon-reload`") in note and "cpu_pinning: client affinity" in note
+    assert preflight.notes("gpu", TORCH_STACKS, gpu_host, runtime="docker") == []
+    assert preflight.notes("cpu", TORCH_STACKS, gpu_host, runtime="podman") == []
+    preflight.check("podman", "gpu", TORCH_STACKS, gpu_host)
+    assert f"preflight: note: {note}" in capsys.readouterr().err
+    delegated, own = fake_cgroup(tmp_path / "delegated" / "cgroup", "cpuset cpu io memory pids")
+    gpu_host.delegation = lambda: host.cpuset_delegation(uid=USER, cgroup=delegated, own=own)
+    assert preflight.notes("gpu", TORCH_STACKS, gpu_host, runtime="podman") == []

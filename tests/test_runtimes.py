@@ -2,6 +2,7 @@
 the allowed ones, and every list of runtimes (the config check's, where environment records live, what the launcher
 starts) is read from the table."""
 import copy
+import csv
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,3 +55,27 @@ def test_every_runtimes_environment_records_are_where_a_rule_writes_them():
         assert f'record=results("{runtime.records}")' in rules, runtime.name
     assert len({runtime.records for runtime in runtimes.RUNTIMES.values()}) == len(runtimes.RUNTIMES)
     assert records.path("apptainer", "keras3-jax", "gpu") == "images/keras3-jax.gpu.sif.json"
+
+
+def docker_gpu_request(value: str) -> dict[str, list[str]]:
+    """What docker makes of a --gpus value (its CLI, opts/gpus.go): one CSV record of key=value fields, a device
+    field's value a comma-separated list; a field that is not key=value is refused ("unexpected key")."""
+    request = {}
+    for field in next(csv.reader([value])):
+        key, equals, wanted = field.partition("=")
+        if not equals or key not in ("count", "capabilities", "driver", "device", "options"):
+            raise ValueError(f"docker: unexpected key '{key}' in '{field}'")
+        request[key] = wanted.split(",")
+    return request
+
+
+@pytest.mark.parametrize("gpus", [["GPU-aa"], ["GPU-aa", "GPU-bb"], ["1", "3"]])
+def test_docker_gets_every_gpu_of_a_cell_as_one_device_request(gpus):
+    """docker run --gpus device=1,3 reads as two fields, device=1 and a stray 3, and docker refuses it: more than one
+    GPU goes in CSV quotes (as `--gpus '"device=1,3"'` in a shell), one GPU alike."""
+    argv = runtimes.resolve("docker").command({"id": "sha256:aa"}, Path("/r/cell.json"),
+                                              runtimes.Options(gpus=gpus), gpu=True)
+    assert argv.count("--gpus") == 1
+    assert docker_gpu_request(argv[argv.index("--gpus") + 1]) == {"device": gpus}
+    every = runtimes.resolve("docker").command({"id": "sha256:aa"}, Path("/r/cell.json"), runtimes.Options(), gpu=True)
+    assert every[every.index("--gpus") + 1] == "all"

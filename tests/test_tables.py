@@ -427,3 +427,21 @@ def test_the_log_scale_first_step_chart_draws_a_status_beside_sub_millisecond_ba
     figure = plots.bars_per_row(pd.DataFrame(rows), ["first", "second", "keras3-jax"], "first_step_ms", "ms", log=True)
     figure.savefig(tmp_path / "first_step.png")
     assert (tmp_path / "first_step.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_cell_on_a_mig_instance_is_named_mig_and_gets_no_mfu(config):
+    """NVML names a MIG-enabled GPU leased whole by its full name, and a MIG instance may be named as the chip: a cell
+    the runner found on a MIG instance (provenance.device_identity.mig) is named MIG and gets no peak, so no MFU,
+    rather than the whole H100's."""
+    cells = []
+    for framework, mig in (("keras3-jax", False), ("keras3-torch", True)):
+        out = result(config, "gemma", "fit", 8, framework, 50.0, device="NVIDIA H100 80GB HBM3", compute="bfloat16")
+        out.provenance["device_facts"] = {"nvml": {"name": "NVIDIA H100 80GB HBM3"}}
+        out.provenance["device_identity"] = {"checked": True, "mig": mig}
+        cells.append(out)
+    rows = summary(cells).set_index("framework")
+    assert rows.loc["keras3-jax", "mfu"] > 0 and pd.isna(rows.loc["keras3-torch", "mfu"])
+    assert pd.isna(rows.loc["keras3-torch", "peak_tflops"])
+    long = tables.long_table(cells).set_index("framework")
+    assert long.loc["keras3-torch", "gpu_name"] == "NVIDIA H100 80GB HBM3 (MIG)" and long.loc["keras3-torch", "mig"]
+    assert long.loc["keras3-jax", "gpu_name"] == "NVIDIA H100 80GB HBM3"

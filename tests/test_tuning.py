@@ -31,7 +31,8 @@ def entry(**overrides) -> dict:
                        "recommends the setting for performance (a URL or file, with its words)"),
     ({k: v for k, v in entry().items() if k != "source"}, "config key tuning[made-up].source: missing"),
     (entry(applies=[{"framework": "native-torch-*", "settings": {"turbo": True}}]),
-     "config key tuning[made-up].applies[0].settings.turbo: not a tuning setting; allowed: compile_mode, fused_optimizer"),
+     "config key tuning[made-up].applies[0].settings.turbo: not a tuning setting; allowed: compile_mode, fused_optimizer, "
+     "cudnn_benchmark, channels_last"),
     (entry(applies=[{"framework": "keras3-*", "settings": {"compile_mode": "max-autotune"}}]),
      "config key tuning[made-up].applies[0].settings.compile_mode: column keras3-jax (adapter keras3) has no "
      "compile_mode; allowed for columns of adapter native_torch"),
@@ -60,6 +61,32 @@ def test_the_tuned_profile_takes_its_settings_and_strict_keeps_its_own():
     assert matrix.settings(config, "tuned", "bert", "fit", "keras3-jax") == \
         matrix.settings(config, "strict", "bert", "fit", "keras3-jax")
     assert matrix.settings(config, "tuned", "bert", "fit", "native-torch-compiled")["tf32"] == "off"
+
+
+CONVOLUTION_ROWS = [("resnet50", "fit"), ("stable_diffusion", "fit"), ("stable_diffusion", "predict"), ("sam", "fit"),
+                    ("sam", "predict")]
+
+
+@pytest.mark.parametrize("model, task", CONVOLUTION_ROWS)
+def test_the_tuned_native_convolution_rows_get_cudnn_benchmark_and_channels_last_and_strict_does_not(model, task):
+    """PyTorch's performance tuning guide: cuDNN's auto-tuner and channels_last for convolutional networks, in both
+    native torch columns' ResNet-50, SD and SAM cells of the tuned profile; never in strict or anchor."""
+    for framework in ("native-torch-eager", "native-torch-compiled"):
+        batch = CONFIG["model_defs"][model]["tasks"][task]["batch_sizes"][0]
+        precision = CONFIG["model_defs"][model]["precisions"][0]
+        tuned = matrix.spec(CONFIG, "tiny", model, task, batch, precision, framework, "tuned").settings
+        assert tuned["cudnn_benchmark"] is True and tuned["channels_last"] is True, (framework, tuned)
+        for profile in ("strict", "anchor"):
+            settings = matrix.spec(CONFIG, "tiny", model, task, batch, precision, framework, profile).settings
+            assert not {"cudnn_benchmark", "channels_last"} & set(settings), (profile, framework, settings)
+    for other in ("keras3-torch", "keras3-jax"):           # Keras's columns: none applies (their adapter has neither)
+        assert "channels_last" not in matrix.settings(CONFIG, "tuned", model, task, other)
+
+
+def test_the_convolution_settings_leave_the_transformer_rows_alone():
+    for model, task in (("bert", "fit"), ("gemma", "generate")):
+        assert not {"cudnn_benchmark", "channels_last"} & set(matrix.settings(CONFIG, "tuned", model, task,
+                                                                              "native-torch-compiled"))
 
 
 def summary(rows):

@@ -293,7 +293,7 @@ def run_column(specs, reference=None, adapter=None):
     from types import SimpleNamespace
     from kbench import adapters
     job = {"framework": "numpy", "fit_steps": 0, "differences": [], "reference": reference and "reference"}
-    backend = SimpleNamespace(set_tf32=lambda mode, compute: {})
+    backend = SimpleNamespace(set_tf32=lambda mode, compute, task: {})
     arrays, own = {}, {}
     entries = [check._one(adapters, adapter or numpy_adapter(), backend, job, spec, reference, arrays, own)
                for spec in specs]

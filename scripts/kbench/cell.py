@@ -124,6 +124,7 @@ class CellResult:
         loss, numerics, energy, evidence = self.loss or {}, self.numerics or {}, self.energy or {}, self.evidence or {}
         compiles = evidence.get("compiles") or {}
         before, in_window = compiles.get("before_window") or {}, compiles.get("in_window") or {}
+        mig = bool((prov.get("device_identity") or {}).get("mig"))
         return {
             "cell_id": self.cell_id, "repeat": self.repeat, "suite": spec["suite"], "profile": spec.get("profile"),
             "model": spec["model"], "task": spec["task"],
@@ -161,7 +162,9 @@ class CellResult:
             "graph_breaks": (before.get("graph_breaks", 0) + before.get("unsupported", 0)) if before else None,
             "cudagraph_skips": before.get("cudagraph_skips", 0) + in_window.get("cudagraph_skips", 0)
             if before else None,
-            "device": prov.get("device"), "gpu_name": ((prov.get("device_facts") or {}).get("nvml") or {}).get("name"),
+            # a MIG instance is named as one (kbench.run.runner.check_device_identity): it has a part of the chip
+            "device": _mig_named(prov.get("device"), mig), "mig": mig,
+            "gpu_name": _mig_named(((prov.get("device_facts") or {}).get("nvml") or {}).get("name"), mig),
             "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
             "environment_lock_sha256": (prov.get("environment") or {}).get("lock_sha256"),
             "packages": ", ".join(f"{k}=={v}" for k, v in sorted((prov.get("packages") or {}).items())),
@@ -170,6 +173,10 @@ class CellResult:
             "arch": spec["arch"], "inputs": spec["inputs"], "task_options": spec["task_options"],
             "adapter": spec.get("framework_def", {}).get("adapter"),
         }
+
+
+def _mig_named(name: str | None, mig: bool) -> str | None:
+    return f"{name} (MIG)" if mig and isinstance(name, str) and "MIG" not in name.split() else name
 
 
 def _block_means(timing: dict) -> list[float] | None:

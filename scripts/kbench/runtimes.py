@@ -25,7 +25,9 @@ HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TM
             "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
             # where the driver's libraries and the CUDA toolkit are (a Kubernetes node's /usr/local/nvidia, an HPC
             # `module load`): without them torch and JAX find no GPU and Triton no libcuda. The cell records them.
-            "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH")
+            "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
+            # the C compiler Triton's and Inductor's first compile builds its launcher with (a conda Python's own)
+            "CC", "CXX")
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,16 @@ class Options:
     cpus: float | None = None
     image_archive: str | Path | None = None     # where a node whose container storage lacks the image loads it from
     files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
+    # every CPU the launcher may use, not its GPU's share, outside a scheduler (the JAX-vs-NumPy job: its NumPy half
+    # runs on the CPU, and its verdict must not depend on how many GPUs share the host); its GPU is still leased alone
+    host_cpus: bool = False
     # set by run_cell for each process
     name: str = "kbench-cell"                   # the container's name (removed by it)
     gpus: list[str] | None = None               # GPU indices or UUIDs of the allocation; None: every GPU
     cpuset: list[int] | None = None             # the CPUs it may run on
+    # where a container can have no cpuset (kbench.run.launch.cpu_pinning): the CPUs the process in the image starts
+    # on (taskset; the OCI runtime may reset the affinity its client passed on: runc does from 1.2.7 and 1.3.1)
+    affinity: list[int] | None = None
     remove: bool = True                         # --rm (the launcher removes its cells itself, after reading OOM)
     workdir: Path | None = None                 # apptainer: where the container's /tmp and $HOME live
 
@@ -73,6 +81,10 @@ class Runtime:
     image_probe: tuple[str, ...] = ()     # the client's command that succeeds when its storage holds an image ID
     lock_mode: str = "fail"               # a drift from the stack's lock fails the cell, or is recorded ("record")
     keeps_pythonpath: bool = False        # on the host: the driver's PYTHONPATH after the repo's scripts
+    # the container descends from the client process (podman: conmon and the OCI runtime are its children), so the
+    # client's CPU affinity reaches it where no cpuset can be set (an account without the cpuset controller); docker's
+    # daemon starts its containers, and pinning its client would confine nothing
+    inherits_affinity: bool = False
     workdir: bool = False                 # a scratch folder of the launcher's for the container's /tmp and $HOME
 
     def command(self, environment: dict, out: Path, options: Options = Options(), gpu: bool = False) -> list[str]:
@@ -81,7 +93,8 @@ class Runtime:
         argv = self.prefix(environment, out, options)
         if self.image:                                 # inside an image: its python, the staging folder mounted
             argv += self.gpu_flags(options.gpus) if gpu else []
-            return argv + [self.image(environment), "python", "-m", options.module, "--out",
+            pinned = ["taskset", "--cpu-list", ",".join(map(str, options.affinity))] if options.affinity else []
+            return argv + [self.image(environment), *pinned, "python", "-m", options.module, "--out",
                            f"{OUT_IN_IMAGE}/{out.name}"]
         return argv + ["-m", options.module, "--out", str(out)]
 
@@ -160,10 +173,12 @@ RUNTIMES = {runtime.name: runtime for runtime in (
     Runtime("podman", "images/{stack}.{accelerator}.json", _container_run("podman"), _ID,
             # CDI: one device name per allocated GPU
             gpu_flags=lambda gpus: [a for d in (gpus or ["all"]) for a in ("--device", f"nvidia.com/gpu={d}")],
-            gpu_name=lambda device: device["index"], client="podman", image_probe=("image", "exists")),
-    # the same image loaded into docker
+            gpu_name=lambda device: device["index"], client="podman", image_probe=("image", "exists"),
+            inherits_affinity=True),
+    # the same image loaded into docker. `--gpus` reads its value as one CSV record: device=1,3 would be two fields
+    # (docker: "unexpected key '3'"), so the device list goes in CSV quotes, one argv element, no shell between
     Runtime("docker", "images/{stack}.{accelerator}.docker.json", _container_run("docker"), _ID,
-            gpu_flags=lambda gpus: ["--gpus", f"device={','.join(gpus)}" if gpus else "all"],
+            gpu_flags=lambda gpus: ["--gpus", f'"device={",".join(gpus)}"' if gpus else "all"],
             client="docker", image_probe=("image", "inspect")),
     # the same image built into a SIF
     Runtime("apptainer", "images/{stack}.{accelerator}.sif.json", _apptainer, lambda environment: environment["sif"],

@@ -92,14 +92,36 @@ def busy_ms(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+@dataclass
+class Profiled:
+    """What a device profiler saw of the steps it recorded: every device activity's (start_ms, end_ms), and why it
+    stopped collecting early where it did (Kineto stops at its CUPTI buffer limit without raising: its list is then
+    short of the steps), else None."""
+    intervals: list[tuple[float, float]]
+    stopped: str | None = None
+
+
 def device_busy(step: Callable[[], Any], sync: Callable[[Any], None], steps: int,
-                activities: Callable[[Callable[[], None]], list[tuple[float, float]]],
+                activities: Callable[[Callable[[], None], Callable[[], None]], Profiled], window_ms_per_step: float,
                 clock: Callable[[], float] = time.perf_counter) -> dict:
-    """The share of `steps` more steps, run after the window, that the device was busy: its activities' union
-    (activities(run) runs them under the framework's device profiler and returns every kernel's and copy's
-    (start_ms, end_ms)) over the synced wall time of the run. What is not busy is the host's: Python, dispatch,
-    launches, the sync. The profiler's own per-launch cost lengthens the wall, so the share is a lower bound."""
-    wall = []
+    """The share of a step the device is busy: the device-busy time per step of `steps` more steps, run after the
+    window under the framework's device profiler (the union of their activities: kbench.timing.busy_ms), over the
+    timed window's own ms/step, which no profiler touched. activities(warm, run) runs warm() (one synced step) and
+    then run() (the `steps`) under the profiler, discards warm's activities (the profiler's start-up, a first profiled
+    launch) and returns run's as a Profiled.
+
+    The profiled steps' own ms/step is kept beside it (profiler_overhead: profiled over unprofiled ms/step): the
+    profiler lengthens the host's part of a step, and unevenly (torch.compile's Inductor wraps every Triton launch in
+    a profiler record while profiling), so a share over the profiled wall would read compiled columns less busy than
+    eager ones. The kernels' own durations are the device's either way. The share is capped at 1 (the
+    profiler's clock is not the window's). None, with the reason, where the profiler stopped collecting early or
+    recorded nothing: never 0.0, which would read as a measured idle device."""
+    wall, ran = [], []
+
+    def warm() -> None:
+        sync(None)
+        sync(step())
+        ran.append("warm")
 
     def run() -> None:
         sync(None)
@@ -108,10 +130,23 @@ def device_busy(step: Callable[[], Any], sync: Callable[[Any], None], steps: int
             out = step()
         sync(out)
         wall.append((clock() - start) * 1e3)
-    found = activities(run)
-    busy = busy_ms(found)
-    return {"steps": steps, "wall_ms": wall[0], "busy_ms": busy, "activities": len(found),
-            "share": min(1.0, busy / wall[0]) if wall[0] > 0 else None}
+    found = activities(warm, run)
+    if ran != ["warm"] or len(wall) != 1:
+        raise RuntimeError(f"the device profiler ran {len(ran)} warm-up and {len(wall)} measured runs, not 1 and 1")
+    busy = busy_ms(found.intervals)
+    profiled = wall[0] / steps
+    record = {"steps": steps, "warm_steps": 1, "busy_ms": busy, "busy_ms_per_step": busy / steps,
+              "window_ms_per_step": window_ms_per_step, "profiled_ms_per_step": profiled,
+              "profiler_overhead": profiled / window_ms_per_step if window_ms_per_step > 0 else None,
+              "activities": len(found.intervals)}
+    if found.stopped:
+        return {**record, "share": None, "reason": f"the device profiler stopped collecting early: {found.stopped}"}
+    if not found.intervals:
+        return {**record, "share": None,
+                "reason": f"the device profiler recorded no device activity in {steps} profiled steps"}
+    if window_ms_per_step <= 0:
+        return {**record, "share": None, "reason": "the timed window measured no time per step"}
+    return {**record, "share": min(1.0, busy / steps / window_ms_per_step)}
 
 
 def percentile(values: list[float], q: float) -> float:

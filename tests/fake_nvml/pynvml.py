@@ -1,6 +1,8 @@
 """A stand-in for nvidia-ml-py on a machine without a GPU: four H100s (GPU-fake-0..3), each drawing 300 W (the
-energy counter grows with time), SM 1980 MHz, memory 2619 MHz, 61 C, one compute process holding 3 GiB, and the
-clock-event reasons in KBENCH_FAKE_NVML_REASONS (an int bitmask, default none). Only what kbench.gpu.nvml calls."""
+energy counter grows with time), SM 1980 MHz, memory 2619 MHz, 61 C, one compute process holding 3 GiB (more in
+KBENCH_FAKE_NVML_PIDS: comma-separated PIDs, each holding 1 GiB), application clocks at their defaults (SM 1980, memory
+2619; the SM one in KBENCH_FAKE_NVML_APPLICATION_SM_MHZ), and the clock-event reasons in KBENCH_FAKE_NVML_REASONS (an
+int bitmask, default none). Only what kbench.gpu.nvml calls."""
 import os
 import time
 from types import SimpleNamespace
@@ -82,5 +84,15 @@ def nvmlDeviceGetCurrentClocksEventReasons(handle):
     return int(os.environ.get("KBENCH_FAKE_NVML_REASONS", "0"))
 
 
+def nvmlDeviceGetApplicationsClock(handle, kind):
+    return {NVML_CLOCK_SM: int(os.environ.get("KBENCH_FAKE_NVML_APPLICATION_SM_MHZ", "1980")), NVML_CLOCK_MEM: 2619}[kind]
+
+
+def nvmlDeviceGetDefaultApplicationsClock(handle, kind):
+    return {NVML_CLOCK_SM: 1980, NVML_CLOCK_MEM: 2619}[kind]
+
+
 def nvmlDeviceGetComputeRunningProcesses(handle):
-    return [SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30)]
+    more = [int(pid) for pid in os.environ.get("KBENCH_FAKE_NVML_PIDS", "").split(",") if pid.strip()]
+    return [SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30),
+            *(SimpleNamespace(pid=pid, usedGpuMemory=2**30) for pid in more)]

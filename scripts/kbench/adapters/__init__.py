@@ -66,8 +66,9 @@ class Backend:
     sync: Callable[[Any], None]        # block until the device finished the work behind a step's output
     sync_name: str                     # what sync calls, as the cell records it (e.g. "jax.block_until_ready")
     device: Callable[[], dict]         # the device the framework really runs on: kind (gpu | cpu), name, count, ...
-    set_tf32: Callable[[str, str], dict]   # the framework's own TF32 switches for off | on | library-default,
-    #                                    given the cell's compute dtype; returns their values afterwards
+    set_tf32: Callable[..., dict]      # (mode, compute_dtype, task): the framework's own TF32 switches for off |
+    #                                    on | library-default, given the cell's compute dtype and task; returns their
+    #                                    values afterwards
     matmul: Callable[[Any, Any], Any]  # float32 a @ b on the cell's device, back as NumPy (kbench.numerics probe)
     peak_device_memory_bytes: Callable[[], int | None]
     reset_peak_device_memory: Callable[[], bool]      # False where the framework cannot reset its peak
@@ -78,9 +79,13 @@ class Backend:
     # The framework's own compile counters now (graphs compiled, graph breaks, CUDA-graph skips, XLA compiles): the
     # runner reads them before and after the timed window; {} where the framework exposes none.
     compile_counters: Callable[[], dict] = dict
-    # activities(run): run() under the framework's device profiler, every device activity's (start_ms, end_ms)
+    # activities(warm, run): warm() then run() under the framework's device profiler, warm's activities discarded;
+    # run's (start_ms, end_ms) as a kbench.timing.Profiled, with why the profiler stopped early where it did
     # (kbench.timing.device_busy); None where it has none here (a CPU has no device apart from the host).
-    activities: Callable[[Callable[[], None]], list[tuple[float, float]]] | None = None
+    activities: Callable[[Callable[[], None], Callable[[], None]], Any] | None = None
+    # conv(x, w): a float32 convolution on the cell's device (NHWC input, HWIO kernel, stride 1, no padding), back
+    # as NumPy (kbench.numerics probe); None where the backend has no such probe
+    conv: Callable[[Any, Any], Any] | None = None
 
 
 def dtype_name(dtype) -> str:

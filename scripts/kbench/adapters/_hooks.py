@@ -1,13 +1,14 @@
 """Backend hooks shared by the adapters, one set per compute backend (jax, tensorflow, torch): device sync, the device
-the framework really runs on, the float32 precision switches, a float32 matmul on the cell's device (the numerics
-probe), peak device memory and its reset, and installed package versions. An adapter picks the hooks of the compute
-backend it runs on."""
+the framework really runs on, the float32 precision switches, a float32 matmul and convolution on the cell's device
+(the numerics probes), peak device memory and its reset, and installed package versions. An adapter picks the hooks
+of the compute backend it runs on."""
 from __future__ import annotations
 
 import importlib.metadata
 
 import numpy as np
 
+from kbench import numerics, timing
 from kbench.adapters import NoAccelerator
 
 
@@ -44,20 +45,21 @@ def jax_hooks() -> dict:
         stats = dev.memory_stats() if on_gpu else None
         return stats.get("peak_bytes_in_use") if stats else None
 
-    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
-        """Only a float32-compute cell gets a default matmul precision: the setting is attached to every dot,
-        bf16 ones too, where a non-default precision forbids XLA:GPU's Triton GEMM fusions, and XLA:GPU mishandles
-        non-default precision_config inside while loops (jax issue 34917, fixed by PR 35091 after jax 0.10.2), which
-        keras-hub's generate runs. "off" is the F32_F32_F32 algorithm preset, the form that fix lowers HIGHEST to."""
+    def set_tf32(mode: str, compute_dtype: str = "float32", task: str | None = None) -> dict:
+        """JAX's default matmul precision as kbench.numerics.jax_matmul_precision says (float32-compute cells only;
+        "off": "highest", which reaches convolutions too, or for generate the F32_F32_F32 dot preset)."""
         if mode != "library-default":      # XLA's own GEMM fusions follow it too
             # another compute dtype gets the default back: one process may run several precisions (the
-            # equivalence job), and a float32 cell's preset must not reach the next one's half-precision dots
-            jax.config.update("jax_default_matmul_precision",
-                              None if compute_dtype != "float32" else "tensorfloat32" if mode == "on" else "F32_F32_F32")
+            # equivalence job), and a float32 cell's setting must not reach the next one's half-precision dots
+            jax.config.update("jax_default_matmul_precision", numerics.jax_matmul_precision(mode, compute_dtype, task))
         return {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
     def matmul(a, b):
         return np.asarray(jax.numpy.matmul(jax.device_put(a, dev), jax.device_put(b, dev)))
+
+    def conv(x, w):         # precision=None: the default matmul precision set above, as a Keras conv gets it
+        return np.asarray(jax.lax.conv_general_dilated(jax.device_put(x, dev), jax.device_put(w, dev), (1, 1), "VALID",
+                                                       dimension_numbers=("NHWC", "HWIO", "NHWC")))
 
     compiled = {"backend_compiles": 0, "cache_hits": 0}
 
@@ -82,7 +84,7 @@ def jax_hooks() -> dict:
                 "count": jax.device_count(), "platform_version": getattr(backend, "platform_version", None)}
     return {"sync": jax.block_until_ready,   # non-array leaves (python floats from train_on_batch) pass through
             "sync_name": "jax.block_until_ready",
-            "device": device, "set_tf32": set_tf32, "matmul": matmul,
+            "device": device, "set_tf32": set_tf32, "matmul": matmul, "conv": conv,
             "peak_device_memory_bytes": peak,
             "reset_peak_device_memory": lambda: False,       # JAX keeps one peak per process: no reset
             "memory_view": "jax peak_bytes_in_use: the whole process's peak, model build included (no reset)",
@@ -98,14 +100,18 @@ def tf_hooks() -> dict:
     else:
         sync, sync_name = (lambda _: None), "none: TensorFlow runs synchronously on this CPU"
 
-    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
-        if mode != "library-default":       # float32 products only: a half-precision cell is untouched by it
+    def set_tf32(mode: str, compute_dtype: str = "float32", task: str | None = None) -> dict:
+        if mode != "library-default":       # float32 products only (convolutions too): half precision is untouched
             tf.config.experimental.enable_tensor_float_32_execution(mode == "on")
         return {"tensor_float_32_execution": tf.config.experimental.tensor_float_32_execution_enabled()}
 
     def matmul(a, b):
         with tf.device("/GPU:0" if gpus else "/CPU:0"):
             return tf.linalg.matmul(tf.constant(a), tf.constant(b)).numpy()
+
+    def conv(x, w):
+        with tf.device("/GPU:0" if gpus else "/CPU:0"):
+            return tf.nn.conv2d(tf.constant(x), tf.constant(w), strides=1, padding="VALID").numpy()
 
     def reset_peak():
         if gpus:
@@ -117,6 +123,7 @@ def tf_hooks() -> dict:
         return {"kind": "gpu" if gpus else "cpu", "name": name, "count": len(gpus),
                 "platform_version": tf.sysconfig.get_build_info().get("cuda_version")}
     return {"sync": sync, "sync_name": sync_name, "device": device, "set_tf32": set_tf32, "matmul": matmul,
+            "conv": conv,
             "peak_device_memory_bytes": lambda: tf.config.experimental.get_memory_info("GPU:0")["peak"]
             if gpus else None,
             "reset_peak_device_memory": reset_peak,
@@ -127,7 +134,7 @@ def torch_hooks() -> dict:
     import torch
     cuda = torch.cuda.is_available()
 
-    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
+    def set_tf32(mode: str, compute_dtype: str = "float32", task: str | None = None) -> dict:
         if mode != "library-default":       # float32 products only: a half-precision cell is untouched by it
             on = mode == "on"
             torch.backends.cuda.matmul.allow_tf32 = on
@@ -141,17 +148,27 @@ def torch_hooks() -> dict:
         where = "cuda" if cuda else "cpu"
         return (torch.as_tensor(a, device=where) @ torch.as_tensor(b, device=where)).cpu().numpy()
 
+    def conv(x, w):         # NHWC/HWIO in, NCHW/OIHW for torch (cuDNN's own TF32 switch: allow_tf32 above)
+        where = "cuda" if cuda else "cpu"
+        out = torch.nn.functional.conv2d(torch.as_tensor(x, device=where).permute(0, 3, 1, 2),
+                                         torch.as_tensor(w, device=where).permute(3, 2, 0, 1))
+        return out.permute(0, 2, 3, 1).cpu().numpy()
+
     def reset_peak():
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         return cuda
 
     def device():
+        # the device's UUID as CUDA itself reports it (torch's form: no GPU-/MIG- prefix): the runner checks it is
+        # the one the launcher leased
+        props = torch.cuda.get_device_properties(0) if cuda else None
         return {"kind": "gpu" if cuda else "cpu", "name": torch.cuda.get_device_name(0) if cuda else "cpu",
-                "count": torch.cuda.device_count(), "platform_version": torch.version.cuda}
+                "count": torch.cuda.device_count(), "platform_version": torch.version.cuda,
+                "uuid": str(props.uuid) if getattr(props, "uuid", None) is not None else None}
     return {"sync": (lambda _: torch.cuda.synchronize()) if cuda else (lambda _: None),
             "sync_name": "torch.cuda.synchronize" if cuda else "none: torch runs synchronously on a CPU",
-            "device": device, "set_tf32": set_tf32, "matmul": matmul,
+            "device": device, "set_tf32": set_tf32, "matmul": matmul, "conv": conv,
             "peak_device_memory_bytes": lambda: torch.cuda.max_memory_allocated() if cuda else None,
             "reset_peak_device_memory": reset_peak,
             "memory_view": "torch max_memory_allocated: tensors' peak since the reset after build (the caching "
@@ -160,15 +177,29 @@ def torch_hooks() -> dict:
             "activities": torch_activities if cuda else None}
 
 
-def torch_activities(run) -> list[tuple[float, float]]:
+def torch_activities(warm, run, activity: str = "CUDA") -> timing.Profiled:
     """The kernels and copies CUPTI saw while run() ran (torch.profiler with the CUDA activity alone: no host ops
-    recorded), as (start_ms, end_ms)."""
+    recorded), as (start_ms, end_ms). warm() runs first under the profiler as its schedule's warm-up step, whose
+    activities torch discards (the profiler's start-up and the first profiled launches). Where torch has
+    torch.autograd._is_kineto_stopped (2.13), a Kineto that stopped collecting while run() ran (its CUPTI buffer
+    limit, reached without an error) is reported: the activities are then short of the steps. activity: the
+    profiler's activity and the events' device type kept (CPU in the tests of the schedule on a CPU-only torch)."""
+    import torch
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    from torch.profiler import ProfilerActivity, profile, schedule
+    is_stopped = getattr(torch.autograd, "_is_kineto_stopped", None)
+    with profile(activities=[getattr(ProfilerActivity, activity)],
+                 schedule=schedule(wait=0, warmup=1, active=1, repeat=1)) as prof:
+        warm()
+        prof.step()            # the warm-up step ends: recording starts
         run()
-    return [(e.time_range.start / 1e3, e.time_range.end / 1e3) for e in prof.events()
-            if e.device_type == DeviceType.CUDA]
+        stopped = bool(is_stopped and is_stopped())
+        prof.step()            # the recorded step ends: the trace is collected
+    kind = getattr(DeviceType, activity)
+    intervals = [(e.time_range.start / 1e3, e.time_range.end / 1e3) for e in prof.events() if e.device_type == kind]
+    why = ("Kineto stopped collecting device activities while the steps ran (torch.autograd._is_kineto_stopped(): "
+           "its CUPTI buffer limit)")
+    return timing.Profiled(intervals, why if stopped else None)
 
 
 def dynamo_counters(torch) -> dict:
@@ -196,7 +227,7 @@ def paddle_hooks() -> dict:
         paddle.device.set_device("gpu:0")
     flags = ("FLAGS_allow_tf32_cublas", "FLAGS_allow_tf32_cudnn")
 
-    def set_tf32(mode: str, compute_dtype: str = "float32") -> dict:
+    def set_tf32(mode: str, compute_dtype: str = "float32", task: str | None = None) -> dict:
         if not gpu:
             return {}                       # a CPU has no TF32, and a CPU build no switch for it
         if mode != "library-default":

@@ -410,9 +410,15 @@ def _torch_dtype(name: str) -> torch.dtype:
 
 def _place(module, spec, device):
     """The module on the cell's device, its parameters in the precision's weights dtype; LoRA factors in float32
-    where the cell's lora_dtype says so (as Keras 3 creates them), else in the model's dtype (the anchor's peft)."""
+    where the cell's lora_dtype says so (as Keras 3 creates them), else in the model's dtype (the anchor's peft).
+    The tuned profile's convolution settings (PyTorch's performance tuning guide): the channels_last memory format,
+    and cuDNN's auto-tuner."""
     weights = spec.dtypes.weights
     module = module.to(device) if weights == "float32" else module.to(device=device, dtype=_torch_dtype(weights))
+    if spec.settings.get("channels_last"):
+        module = module.to(memory_format=torch.channels_last)
+    if spec.settings.get("cudnn_benchmark"):
+        torch.backends.cudnn.benchmark = True
     if spec.settings.get("lora_dtype") == "float32" and hasattr(module, "peft_config"):
         _lora_to_float32(module)
     return module

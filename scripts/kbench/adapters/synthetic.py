@@ -74,14 +74,21 @@ def device() -> dict:
 
 def backend() -> Backend:
     """A CPU backend. KBENCH_SYNTHETIC_MATMUL=tf32 makes its float32 matmul round its inputs to TF32's 10-bit
-    mantissa, as a GPU with TF32 left on would (the numerics probe must see it)."""
+    mantissa, as a GPU with TF32 left on would (the numerics probe must see it); KBENCH_SYNTHETIC_CONV=tf32 does the
+    same to its convolution alone (a framework whose TF32 switch reaches its matmuls but not its convolutions)."""
     def matmul(a, b):
         if os.environ.get("KBENCH_SYNTHETIC_MATMUL") == "tf32":
             a, b = numerics.round_mantissa(a, 10), numerics.round_mantissa(b, 10)
         return a @ b
+
+    def conv(x, w):
+        if os.environ.get("KBENCH_SYNTHETIC_CONV") == "tf32":
+            x, w = numerics.round_mantissa(x, 10), numerics.round_mantissa(w, 10)
+        return numerics.conv_reference(x, w).astype(np.float32)
     return Backend(name="numpy", sync=DEVICE.sync, sync_name="synthetic device queue join",
-                   device=device,
-                   set_tf32=lambda mode, compute_dtype="float32": {}, matmul=matmul, peak_device_memory_bytes=lambda: None,
+                   device=device, conv=conv,
+                   set_tf32=lambda mode, compute_dtype="float32", task=None: {}, matmul=matmul,
+                   peak_device_memory_bytes=lambda: None,
                    reset_peak_device_memory=lambda: False, package_versions=lambda: {"numpy": np.__version__})
 
 

@@ -131,7 +131,7 @@ def _one(adapters, adapter, backend, job: dict, spec: CellSpec, reference: dict 
          own: dict) -> dict:
     """One task and precision in this column: as built, and aligned where the column differs by design."""
     task, precision, model = spec.task, spec.precision, spec.model
-    backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute)
+    backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute, spec.task)
     entry = {"task": task, "precision": precision, "tolerance": tolerance(spec), "variants": {}}
     aligned = _aligned(job, spec) and precision == "float32"     # the mapping's proof: float32 only
     for variant in ["as built"] + (["aligned"] if aligned else []):

@@ -23,6 +23,10 @@ import time
 SLOWDOWNS = {0x8: "hardware slowdown", 0x20: "thermal (software)", 0x40: "thermal (hardware)",
              0x80: "power brake (hardware)"}
 POWER_CAP = 0x4
+# NVML's ApplicationsClocksSetting: the clocks were limited by the application clocks set on the device (`nvidia-smi
+# -ac`). No slowdown either, but a cell measured so is not at the GPU's default clocks, and another host's cells may
+# not be: recorded by name, with the application clocks in effect and the device's defaults.
+APPLICATION_CLOCKS = 0x2
 SAMPLE_S = 0.05
 # NVML's energy counter advances in steps of about 100 ms (and on A100/H100 the power behind it is sampled only part
 # of the time): a window shorter than this gives J/step off by up to a tenth or more, so it gives none.
@@ -100,10 +104,29 @@ def processes() -> list[dict] | None:
     if nvml is None:
         return None
     try:
-        found = nvml.nvmlDeviceGetComputeRunningProcesses(_handle(nvml))
+        handle = _handle(nvml)
+    except Exception:
+        return None
+    return _processes(nvml, handle)
+
+
+def _processes(nvml, handle) -> list[dict] | None:
+    try:
+        found = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     except Exception:
         return None
     return [{"pid": p.pid, "used_bytes": None if p.usedGpuMemory is None else int(p.usedGpuMemory)} for p in found]
+
+
+def _application_clocks(nvml, handle) -> dict:
+    """The SM and memory application clocks in effect and the device's defaults (MHz; None where not supported)."""
+    found = {}
+    for name, clock in (("sm", nvml.NVML_CLOCK_SM), ("memory", nvml.NVML_CLOCK_MEM)):
+        found[f"application_{name}_clock_mhz"] = _or_none(getattr(nvml, "nvmlDeviceGetApplicationsClock", None),
+                                                          handle, clock)
+        found[f"default_application_{name}_clock_mhz"] = _or_none(
+            getattr(nvml, "nvmlDeviceGetDefaultApplicationsClock", None), handle, clock)
+    return found
 
 
 def _reasons(nvml, handle) -> int:
@@ -128,7 +151,8 @@ class WindowMonitor:
     """Around the timed window: the energy counter's difference (mJ since the driver loaded; Volta and newer), and
     every SAMPLE_S the SM and memory clocks, the temperature and the clock-event reasons (OR-ed over the window).
     NVML's power reading is a one-second average on Ampere (but GA100) and newer, so energy comes from the counter,
-    never from integrating power."""
+    never from integrating power. Just before the window, the compute processes already on the GPU (the cell's own,
+    and any other that shares it: host PIDs, see above) and the application clocks in effect."""
 
     def __init__(self):
         self.nvml = _nvml()
@@ -141,11 +165,14 @@ class WindowMonitor:
         self.samples, self.reasons, self._stop = [], 0, threading.Event()
         self._thread = None
         self.energy_start = self.started = None
+        self.before = {}
         self.record = None
 
     def start(self) -> None:
         if self.nvml is None:
             return
+        self.before = {"processes_before_window": _processes(self.nvml, self.handle),
+                       **_application_clocks(self.nvml, self.handle)}
         self.energy_start = _or_none(self.nvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
         self.started = time.monotonic()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -184,5 +211,6 @@ class WindowMonitor:
             "samples": len(self.samples), "sm_clock_mhz_mean": column(0, mean), "sm_clock_mhz_min": column(0, min),
             "memory_clock_mhz_mean": column(1, mean), "temperature_c_max": column(2, max),
             "clock_event_reasons": self.reasons, "power_capped": bool(self.reasons & POWER_CAP),
-            "slowdowns": [name for bit, name in SLOWDOWNS.items() if self.reasons & bit]}
+            "application_clocks_set": bool(self.reasons & APPLICATION_CLOCKS),
+            "slowdowns": [name for bit, name in SLOWDOWNS.items() if self.reasons & bit], **self.before}
         return self.record

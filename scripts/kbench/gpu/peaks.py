@@ -3,7 +3,8 @@
 Looked up by the whole device name NVML reports (nvmlDeviceGetName; torch.cuda.get_device_name gives the same), never
 by a part of it: "NVIDIA L40S" contains "L4" and "NVIDIA H200 NVL" contains "H200", and each is another chip with
 other clocks. A name not in the table (another GPU, a MIG slice such as "NVIDIA A100-SXM4-40GB MIG 1g.5gb", which has
-a fraction of the chip, a CPU) gets no peak and so no MFU, never a guessed one.
+a fraction of the chip, a CPU) gets no peak and so no MFU, never a guessed one; so does a cell its runner found on a
+MIG instance whatever the name NVML gave (kbench.run.runner.check_device_identity: the summary looks up no device).
 
 TFLOP/s without structured sparsity, from NVIDIA's datasheets (where a datasheet gives only the sparse figure, the
 dense one is half of it, as NVIDIA states in its footnotes): A100 (A100 Tensor Core GPU datasheet, 2021; SXM and

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from kbench.gpu import cuda
-from kbench.host import REPO
+from kbench.host import DELEGATE_FIX, REPO, Delegation, cpuset_delegation
 from kbench.lockpaths import lock_path
 
 BINARIES = {"podman": "podman", "docker": "docker", "apptainer": "apptainer"}
@@ -42,6 +42,7 @@ class Host:
     cdi_dirs: tuple[str, ...] = CDI_DIRS
     read: Callable[[Path], str] = field(default=lambda path: Path(path).read_text())
     exists: Callable[[str], bool] = os.path.exists
+    delegation: Callable[[], Delegation] = cpuset_delegation      # the cgroup controllers this account's containers get
 
 
 def is_gpu(accelerator: str) -> bool:
@@ -49,10 +50,11 @@ def is_gpu(accelerator: str) -> bool:
 
 
 def gpus(host: Host) -> list[dict]:
-    """nvidia-smi's GPUs: index, name, driver version, UUID."""
-    out = host.run(["nvidia-smi", "--query-gpu=index,name,driver_version,uuid", "--format=csv,noheader"])
+    """nvidia-smi's GPUs: index, name, driver version, UUID, PCI bus ID (whose NUMA node the launcher's CPU shares
+    prefer; a row without it is read without it)."""
+    out = host.run(["nvidia-smi", "--query-gpu=index,name,driver_version,uuid,pci.bus_id", "--format=csv,noheader"])
     rows = [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
-    return [dict(zip(("index", "name", "driver_version", "uuid"), row)) for row in rows]
+    return [dict(zip(("index", "name", "driver_version", "uuid", "pci_bus_id"), row)) for row in rows]
 
 
 def visible(devices: list[dict], environ=os.environ) -> list[dict]:
@@ -83,17 +85,36 @@ def problems(runtime: str, accelerator: str, stacks: list[str], host: Host | Non
     return found + _driver(accelerator, stacks, host, repo, runtime) + _plumbing(runtime, host)
 
 
-def notes(accelerator: str, stacks: list[str], host: Host | None = None, repo: Path = REPO) -> list[str]:
-    """What this host runs as unsupported cells rather than refusing the run: a stack whose GPU wheel has no kernels
-    for some of its GPUs (kbench.gpu.cuda.KERNEL_ARCHS; its adapter refuses those cells with the same reason)."""
+def notes(accelerator: str, stacks: list[str], host: Host | None = None, repo: Path = REPO,
+          runtime: str | None = None) -> list[str]:
+    """What this host runs otherwise than asked rather than refusing the run: GPU cells in podman pinned to their CPUs
+    without a cpuset (cpuset_note); a stack whose GPU wheel has no kernels for some of its GPUs
+    (kbench.gpu.cuda.KERNEL_ARCHS; its adapter refuses those cells with the same reason, unsupported)."""
     host = host or Host()
-    if not stacks or not is_gpu(accelerator) or not host.which("nvidia-smi"):
+    if not stacks or not is_gpu(accelerator):
         return []
-    found = []
+    found = cpuset_note(runtime, host)
+    if not host.which("nvidia-smi"):
+        return found
     for stack in stacks:
         lock = lock_path(stack, accelerator)
         found += _architectures(stack, lock, host.read(repo / lock), host)
     return found
+
+
+def cpuset_note(runtime: str | None, host: Host) -> list[str]:
+    """podman run by an account systemd gives no cpuset controller (its default delegation: cpu io memory pids) cannot
+    start a container with --cpuset-cpus: the launcher pins each GPU cell's podman client and the cell's command
+    instead (kbench.run.launch.cpu_pinning), and says how an admin gives the account the controller once."""
+    if runtime != "podman":
+        return []
+    found = host.delegation()
+    if found.cpuset:
+        return []
+    return [f"podman: this account's containers cannot be given a cpuset ({found.why}), so each GPU cell keeps to its "
+            "share of the CPUs through the podman client's affinity and taskset in the image instead of "
+            "--cpuset-cpus (its record says provenance.launcher.cpu_pinning: client affinity); for podman to "
+            f"confine them itself, {DELEGATE_FIX}"]
 
 
 def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path, runtime: str = "host") -> list[str]:
@@ -284,7 +305,7 @@ def check(runtime: str, accelerator: str, stacks: list[str], host: Host | None =
           tools: set[str] | None = None) -> None:
     found = problems(runtime, accelerator, stacks, host, tools)
     if not found:
-        for note in notes(accelerator, stacks, host):
+        for note in notes(accelerator, stacks, host, runtime=runtime):
             print(f"preflight: note: {note}", file=sys.stderr)
     if found:
         raise PreflightError(f"preflight: this host cannot run the selected cells (runtime {runtime}, accelerator "

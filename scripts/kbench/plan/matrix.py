@@ -121,6 +121,8 @@ TUNING = {
     "compile_mode": {"adapters": ("native_torch",),
                      "values": ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")},
     "fused_optimizer": {"adapters": ("native_torch",), "values": (True,)},
+    "cudnn_benchmark": {"adapters": ("native_torch",), "values": (True,)},
+    "channels_last": {"adapters": ("native_torch",), "values": (True,)},
 }
 
 
@@ -340,12 +342,18 @@ def keras3_frameworks(config: dict) -> list[str]:
     return [f for f in config["frameworks"] if adapter_of(config, f) == "keras3"]
 
 
+# Every GPU cell: CUDA numbers its devices as NVML and nvidia-smi do (by PCI bus), not fastest first, so a
+# CUDA_VISIBLE_DEVICES index (a SLURM job's, an exported one) names one device for the framework, NVML and the lease.
+GPU_CELL_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
 def cell_env(config: dict, framework: str, cell_settings: dict) -> dict:
-    """The cell process's environment: every cell's, the framework's, on a GPU the framework's GPU settings (memory
-    policy, no silent CPU fall-back), and NVIDIA_TF32_OVERRIDE=0 where TF32 is off (it reaches cuBLAS and cuDNN
-    before any framework loads; each framework's own switches are set in the cell)."""
+    """The cell process's environment: every cell's, the framework's, on a GPU CUDA's device order (GPU_CELL_ENV) and
+    the framework's GPU settings (memory policy, no silent CPU fall-back), and NVIDIA_TF32_OVERRIDE=0 where TF32 is
+    off (it reaches cuBLAS and cuDNN before any framework loads; each framework's own switches are set in the
+    cell)."""
     definition = config["framework_defs"][framework]
-    gpu = definition.get("gpu_env", {}) if config["accelerator"] != "cpu" else {}
+    gpu = {**GPU_CELL_ENV, **definition.get("gpu_env", {})} if config["accelerator"] != "cpu" else {}
     tf32 = {"NVIDIA_TF32_OVERRIDE": "0"} if cell_settings["tf32"] == "off" else {}
     return {**config["cell_env"], **definition["env"], **gpu, **tf32}
 

@@ -157,8 +157,11 @@ def flops_summary(first, ok: pd.DataFrame, per_second: float) -> dict:
     flop_count = flops.per_step(shape) if known else None
     classes = peaks.arithmetic(first.compute_dtype, ok.probe_class.iloc[0], ok.precision_switches.iloc[0],
                                {"NVIDIA_TF32_OVERRIDE": first.tf32_override})
-    # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none)
-    device = first.gpu_name if isinstance(first.gpu_name, str) else first.device
+    # NVML's name of the GPU the cell ran on (the framework's own name where NVML gave none); a MIG instance has a
+    # part of the chip, and no peak of its own in kbench.gpu.peaks: no MFU rather than the whole GPU's
+    mig = first.get("mig")
+    device = None if pd.notna(mig) and bool(mig) else (
+        first.gpu_name if isinstance(first.gpu_name, str) else first.device)
     least_s = peaks.peak_seconds(device, flops.by_kind(shape), classes) if known else None
     return dict(flops_per_step=flop_count, tflops_per_s=flop_count * per_second / 1e12 if flop_count else None,
                 arithmetic=peaks.label(classes),

@@ -4,7 +4,7 @@ interpreter, podman, docker or apptainer: its command line and environment are t
 run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
 log, and guarantees a result JSON whatever happens: a process that crashes, is killed, runs out of memory or time,
 or cannot even be started (a missing runtime binary, an unreadable record) becomes a `failed` cell with the reason
-decoded, so the rest of the run and the tables go on.
+decoded (a container the kernel OOM-killed an `oom` one), so the rest of the run and the tables go on.
 
 Lifecycle: the cell runs in its own process group (and, in podman/docker, as a named container that is removed
 explicitly), killed whole on timeout, on SIGTERM/SIGINT (scancel, Ctrl-C) and when the Snakemake process that
@@ -14,7 +14,8 @@ a cell waits for the lock its previous process held and keeps the previous recor
 Confinement: in a container the cell has no network, sees the repo's scripts/ read-only and writes only a fresh
 staging folder of its own (moved to its result path afterwards); on the host it gets an allow-listed environment.
 Within a SLURM job only the GPUs of the allocation are handed to the container, the job's memory becomes the
-container's limit and its CPUs the container's cpuset (a container's processes are outside the job's cgroup).
+container's limit and its CPUs the container's cpuset (a container's processes are outside the job's cgroup); where
+podman runs without the cpuset controller (an account other than root, cpu_pinning), its client's affinity instead.
 """
 from __future__ import annotations
 
@@ -36,11 +37,15 @@ from pathlib import Path
 
 from kbench import cell, host, records, runtimes
 from kbench.gpu import preflight
+from kbench.host import open_lock
 from kbench.runtimes import Options, Runtime
 
 REPO = host.REPO
 RESULT_NAME = "result.json"
 STOP_GRACE_S = 10
+# The error type of a container the kernel OOM-killed (its runtime's State.OOMKilled): the record's status is oom, as
+# for a framework's own out-of-memory error, so the batch study's ladder stops there (ladder_stopped)
+OOM_KILLED = "OutOfMemory"
 
 
 class LaunchError(Exception):
@@ -90,12 +95,67 @@ def allocation_names(runtime: Runtime, allocated: list[str], host: preflight.Hos
     return [d.strip() for d in slurm_set.split(",") if d.strip()] if slurm_set else allocated
 
 
-def cpu_share(position: int, count: int) -> list[int] | None:
-    """The CPUs of one of `count` cells side by side (one per GPU, outside a scheduler): a contiguous share of this
-    process's CPUs, so cells never share a core; None where there are fewer CPUs than cells."""
+def cpu_shares(devices: list[dict], sysfs: Path | None = None) -> list[list[int]] | None:
+    """The CPUs of the cells side by side, one per GPU of `devices` (outside a scheduler), in their order: this
+    process's CPUs handed out as whole physical cores (a core's hyperthread siblings stay in one share), the same
+    number of cores to each. A share keeps to one NUMA node where the count allows: the node of its GPU's PCI device
+    where sysfs says it (kbench.host.pci_numa_node), else the nodes filled in order, one share after another. Where
+    there are fewer cores than cells, threads are shared out instead; None where there are fewer CPUs than cells.
+    Every cell's launcher computes the same layout (the same CPUs, topology and GPUs), so the shares never overlap."""
     mine = sorted(os.sched_getaffinity(0))
-    size = len(mine) // count
-    return mine[position * size:(position + 1) * size] if size else None
+    count = len(devices)
+    cores = host.cpu_cores(mine, sysfs)
+    if len(cores) < count:
+        size = len(mine) // count
+        return [mine[i * size:(i + 1) * size] for i in range(count)] if size else None
+    node_of = {cpu: node for node, cpus in host.numa_nodes(sysfs).items() for cpu in cpus}
+    pools: dict[int | None, list[list[int]]] = {}
+    for core in cores:                                      # each node's cores in order (None: no node known)
+        pools.setdefault(node_of.get(core[0]), []).append(core)
+    pools = dict(sorted(pools.items(), key=lambda item: -1 if item[0] is None else item[0]))
+    size = len(cores) // count
+    shares: list[list[list[int]] | None] = [None] * count
+    for i, device in enumerate(devices):                   # near its GPU, while its node has a share's worth left
+        node = host.pci_numa_node(device.get("pci_bus_id"), sysfs)
+        pool = pools.get(node) if node is not None else None
+        if pool is not None and len(pool) >= size:
+            shares[i] = [pool.pop(0) for _ in range(size)]
+    for i in range(count):                                  # the rest: in one node where one has room, else across
+        if shares[i] is None:
+            fits = next((pool for pool in pools.values() if len(pool) >= size), None)
+            taken = []
+            for pool in [fits] if fits else pools.values():
+                while pool and len(taken) < size:
+                    taken.append(pool.pop(0))
+            shares[i] = taken
+    return [sorted(cpu for core in share for cpu in core) for share in shares]
+
+
+def cpu_share(position: int, devices: list[dict], sysfs: Path | None = None) -> list[int] | None:
+    """The CPUs of the cell on devices[position] (cpu_shares), None where there are fewer CPUs than cells."""
+    shares = cpu_shares(devices, sysfs)
+    return shares[position] if shares else None
+
+
+# How a cell keeps to its CPUs (provenance.launcher.cpu_pinning)
+CPUSET, CLIENT_AFFINITY, AFFINITY, NO_PINNING = "cpuset", "client affinity", "affinity", "none"
+
+
+def cpu_pinning(runtime: Runtime, cpus: list[int] | None) -> str:
+    """How a process of `runtime` keeps to `cpus`: "cpuset" (the container's --cpuset-cpus; docker's daemon sets it);
+    "client affinity" (podman run by an account without the cpuset cgroup controller, kbench.host.cpuset_delegation:
+    --cpuset-cpus would stop the container, or on cgroup v1 be dropped with a warning, so the podman client is
+    pinned instead, and conmon and the container inherit its affinity; the cell's command in the image starts under
+    taskset with the same CPUs too, since runc from 1.2.7 and 1.3.1 resets an inherited affinity to the container's
+    cgroup, which is then every CPU); "affinity" (a process on the host, apptainer's included, pinned itself);
+    "none" (no CPUs to keep to: a CPU cell outside a scheduler, which has them all)."""
+    if not cpus:
+        return NO_PINNING
+    if runtime.client is None:
+        return AFFINITY
+    if runtime.inherits_affinity and not host.cpuset_delegation().cpuset:
+        return CLIENT_AFFINITY
+    return CPUSET
 
 
 def allocated_cpus() -> list[int] | None:
@@ -132,7 +192,8 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
     log.parent.mkdir(parents=True, exist_ok=True)
     context = {"runtime": runtime, "git_commit": host.git_commit(), "repeat": options.repeat,
                "launcher": {"node": socket.gethostname(), "gpus_allocated": allocated_gpus(),
-                            "cpus_allocated": allocated_cpus(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
+                            "cpus_allocated": allocated_cpus(), "cpu_pinning": None,
+                            "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
     with _exclusive(out):
         try:
             context["environment"] = environment = records.read(environment_record)
@@ -140,10 +201,12 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
             ensure_image(resolved, environment, options.image_archive)
             failure = _preflight(spec, resolved)
             if not failure:
-                with gpu_lease(spec, resolved) as lease:
+                with gpu_lease(spec, resolved, host_cpus=options.host_cpus) as lease:
                     if lease:        # a CPU cell keeps the scheduler's allocation as the record of its job
                         context["launcher"].update(gpus_allocated=lease.gpus,
                                                    cpus_allocated=lease.cpus or context["launcher"]["cpus_allocated"])
+                    elif options.host_cpus and context["launcher"]["cpus_allocated"] is None:
+                        context["launcher"]["cpus_allocated"] = sorted(os.sched_getaffinity(0))     # all it has
                     failure = _supervise(spec, resolved, environment, context, out, log,
                                          replace(options, gpus=lease.gpus if lease else None,
                                                  cpuset=lease.cpus if lease else None))
@@ -153,7 +216,8 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
         if failure or not out.exists():
             failure = failure or cell.error_info("NoResult", "cell process exited without writing a result")
             failure["detail"] = log.read_text()[-4000:] if log.exists() else ""
-            cell.new_result(spec, context, "failed", failure, options.repeat).write(out)
+            status = "oom" if failure["type"] == OOM_KILLED else "failed"
+            cell.new_result(spec, context, status, failure, options.repeat).write(out)
         _keep_attempt(out, log)
     return cell.read(out)
 
@@ -174,12 +238,14 @@ class Lease(list):
 
 
 @contextlib.contextmanager
-def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s: float = 0.5):
+def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s: float = 0.5,
+              host_cpus: bool = False):
     """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM); else one GPU of this host to
     itself, the first free one among those it may use (an exported CUDA_VISIBLE_DEVICES narrows them), under a
-    host-wide lock per GPU (by UUID), waiting while every one is taken, with that GPU's share of the CPUs. So cells
-    side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no cell sees
-    every GPU. Yields a Lease (the names the runtime takes: Runtime.gpu_name), None for a CPU cell."""
+    host-wide lock per GPU (by UUID), waiting while every one is taken, with that GPU's share of the CPUs (cpu_shares;
+    host_cpus: every CPU this process may use, for a job whose CPU half is measured too, which its rule runs alone).
+    So cells side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no
+    cell sees every GPU. Yields a Lease (the names the runtime takes: Runtime.gpu_name), None for a CPU cell."""
     spec = payload(spec)
     if not preflight.is_gpu(spec["accelerator"]):
         yield None
@@ -198,17 +264,19 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
                           else "a GPU cell, and nvidia-smi lists no GPU on this host")
     while True:
         for position, device in enumerate(devices):
-            handle = open(LEASES / f"kbench-gpu-{device['uuid']}.lock", "w")
+            # whichever account made the lock file, this one can take it (kbench.host.open_lock)
+            fd = open_lock(LEASES / f"kbench-gpu-{device['uuid']}.lock")
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                handle.close()
+                os.close(fd)
                 continue
             try:
-                yield Lease([runtime.gpu_name(device)], cpu_share(position, len(devices)))
+                yield Lease([runtime.gpu_name(device)],
+                            sorted(os.sched_getaffinity(0)) if host_cpus else cpu_share(position, devices))
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
             return
         time.sleep(poll_s)
 
@@ -257,7 +325,21 @@ def _keep_attempt(out: Path, log: Path) -> None:
         if path.exists():
             kept = path.parent / "attempts" / f"{path.name}.{stamp}"
             kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, kept)
+            _copy_whole(path, kept)
+
+
+def _copy_whole(source: Path, target: Path) -> None:
+    """A copy that is whole or absent (as kbench.files writes records): written to a temp file beside the target and
+    renamed, so a write that fails midway (a full disk) leaves no truncated attempt behind, only the error."""
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, temporary)
+        shutil.copystat(source, temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _preflight(spec: dict, runtime: Runtime) -> dict | None:
@@ -281,9 +363,11 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
     staging.mkdir()
     container = runtime.client is not None
     cpuset = options.cpuset or allocated_cpus()
+    context["launcher"]["cpu_pinning"] = pinning = cpu_pinning(runtime, cpuset)
     # apptainer's scratch on the node's own disk (TMPDIR: a SLURM job's local scratch where the cluster sets one)
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-work-")) if runtime.workdir else None
-    options = replace(options, name=name, cpuset=cpuset, remove=not container, workdir=workdir)
+    options = replace(options, name=name, cpuset=cpuset if pinning == CPUSET else None,
+                      affinity=cpuset if pinning == CLIENT_AFFINITY else None, remove=not container, workdir=workdir)
     argv = runtime.command(environment, staging / RESULT_NAME, options, gpu=preflight.is_gpu(spec["accelerator"]))
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime.name})")
@@ -297,9 +381,10 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
                                     # a container's conmon writes a file named "oom" into its working folder when
                                     # the kernel OOM-kills the cell: the cell's own staging folder, not the repo
                                     cwd=staging if container else REPO, start_new_session=True,
-                                    # a process on the host keeps to its share of the CPUs (a container: --cpuset-cpus)
-                                    preexec_fn=(lambda: os.sched_setaffinity(0, cpuset)) if cpuset and not container
-                                    else None)
+                                    # a process on the host keeps to its share of the CPUs (a container: its
+                                    # --cpuset-cpus, or where it cannot have one its client's affinity: cpu_pinning)
+                                    preexec_fn=(lambda: os.sched_setaffinity(0, cpuset))
+                                    if pinning in (AFFINITY, CLIENT_AFFINITY) else None)
             stop.process = proc
             watchdog = _Watchdog(stop)
             watchdog.start()
@@ -318,7 +403,7 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
         for made in sorted(staging.glob("result.*")):      # the record, and any arrays written beside it
             os.replace(made, out.with_suffix(made.suffix))
         if oom:
-            return cell.error_info("OutOfMemory", "the kernel killed the cell for memory (container OOMKilled)")
+            return cell.error_info(OOM_KILLED, "the kernel killed the cell for memory (container OOMKilled)")
         return None if returncode == 0 else exit_failure(returncode, options.memory_mb if container else None)
     finally:
         stop.kill()                 # whatever is left of the group, and the container

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import platform
+import re
 import resource
 import socket
 import sys
@@ -42,6 +43,12 @@ class PrecisionMismatch(Exception):
     """A cell whose steps ran in other dtypes than its precision names (an autocast that did nothing, a dtype
     policy that was dropped, a framework that falls back to float32 where it has no half-precision kernels): its time
     would stand under the wrong precision's label."""
+
+
+class DeviceMismatch(Exception):
+    """A GPU cell whose framework runs on another device than the one the launcher leased it: an exported
+    CUDA_VISIBLE_DEVICES index read in another order than the lease's, a MIG-enabled GPU leased as a whole (CUDA
+    then runs on one of its MIG instances). Its number, its memory and its MFU would be another device's."""
 
 
 class NonFiniteLoss(Exception):
@@ -188,6 +195,9 @@ def run(spec, context: dict) -> cell.CellResult:
         backend = adapter.backend()
         provenance["device_facts"] = {**backend.device(), "nvml": nvml.facts()}
         check_device(spec, backend)
+        identity = check_device_identity(spec, backend.name, provenance["device_facts"], context)
+        if identity is not None:            # a GPU cell's: the device it ran on is the one it leased
+            provenance["device_identity"] = identity
         adapters.refuse(adapter, spec)
         numerics_record = set_and_probe_numerics(spec, backend)
         numerics.check(numerics_record["probe"], spec.settings["tf32"], spec.dtypes.compute,
@@ -209,11 +219,15 @@ def run(spec, context: dict) -> cell.CellResult:
                                keep=workload.keep, blocks=spec.steps.blocks, on_window=on_window,
                                on_warmup_step=progress.warmup_step)
         progress(f"timed window closed after {duration(steps.window_ms)}: {steps.summary()['mean_ms']:.2f} ms/step")
-        memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes())
+        # the host's peak before the device profiler runs: it imports its own modules (on torch, dynamo's and
+        # Inductor's too) and parses its events, which an eager cell's steps never needed
+        memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes(),
+                      peak_host_rss_bytes=peak_rss_bytes(), peak_host_rss_read="after the timed window, before the "
+                                                                            "device profiler")
         losses = timed_losses(spec, steps)
         check_losses(losses)
         check_dtypes(spec, workload.dtypes())
-        busy = device_busy(spec, backend, workload, sync)
+        busy = device_busy(spec, backend, workload, sync, steps.window_ms / len(steps.step_ms))
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
@@ -236,9 +250,9 @@ def run(spec, context: dict) -> cell.CellResult:
         result.numerics = {**(numerics_record or {}),
                            **{f"{kind}_dtype": name for kind, name in workload.dtypes().items()}}
     result.loss = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
-    result.memory = {"peak_host_rss_bytes": peak_rss_bytes(),
+    result.memory = {"peak_host_rss_bytes": peak_rss_bytes(), "peak_host_rss_read": "at the cell's end",
                      "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None,
-                     **memory}
+                     **memory}        # an ok cell's host peak: read before the device profiler (above)
     if backend:
         result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
                                  sync=backend.sync_name, memory_policy=backend.memory_policy,
@@ -255,7 +269,9 @@ def run(spec, context: dict) -> cell.CellResult:
 # How each framework says a batch did not fit: torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), TF's and
 # Paddle's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED status (jaxlib's XlaRuntimeError), the host's MemoryError.
 OOM_TYPES = ("OutOfMemoryError", "ResourceExhaustedError", "MemoryError")
-OOM_TEXT = ("RESOURCE_EXHAUSTED", "CUDA out of memory", "out of memory")
+# cuBLAS and cuDNN say it with their own status when a workspace does not fit (torch raises it as a RuntimeError)
+OOM_TEXT = ("RESOURCE_EXHAUSTED", "CUDA out of memory", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED",
+            "CUDNN_STATUS_ALLOC_FAILED")
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -290,25 +306,82 @@ def check_device(spec: CellSpec, backend) -> None:
                             f"{device['kind']} ({device['name']}); see docs/gpu-hosts.md")
 
 
+def uuid_key(name) -> str | None:
+    """A device UUID as every view of it can be compared: NVML's "GPU-8f4c..." or "MIG-8f4c...", torch's bare
+    "8f4c..." -> "8f4c..." (lower case); None for an index (podman's CDI names, a SLURM job's numbers) or nothing."""
+    text = str(name or "").strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text if re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", text) else None
+
+
+def is_mig(name) -> bool:
+    return str(name or "").strip().upper().startswith("MIG-")
+
+
+def check_device_identity(spec: CellSpec, framework: str, facts: dict, context: dict) -> dict | None:
+    """The device the framework runs on must be the one the launcher leased (context.launcher.gpus_allocated): its
+    UUID as the framework reports it (torch: the device's properties), else as NVML names the device the cell's
+    CUDA_VISIBLE_DEVICES points to (in PCI order, CUDA's too with CUDA_DEVICE_ORDER=PCI_BUS_ID), against the lease's
+    first GPU where the lease names UUIDs, or NVML's where it names an index (a container handed that one GPU).
+    DeviceMismatch names both. A leased GPU in MIG mode is a mismatch too (CUDA runs on one of its MIG instances,
+    not on the whole GPU); a MIG instance leased by its own UUID passes and is named MIG (mig: no peak, so no MFU:
+    kbench.gpu.peaks has whole chips only). None for a CPU cell; checked False, with why, where nothing to compare
+    with is known (no lease: a cell run outside the launcher; no UUID from either view)."""
+    if not preflight.is_gpu(spec.accelerator) or facts.get("kind") != "gpu":
+        return None
+    nvml_facts = facts.get("nvml") or {}
+    leased = list((context.get("launcher") or {}).get("gpus_allocated") or [])
+    own_reported = bool(uuid_key(facts.get("uuid")))
+    own, own_from = ((facts.get("uuid"), f"{framework}'s own device properties") if own_reported
+                     else (nvml_facts.get("uuid"), "NVML, by the visible device in PCI order"))
+    leased_uuid = leased[0] if leased and uuid_key(leased[0]) else None
+    expected, expected_from = leased_uuid, "the launcher leased"
+    if leased and not leased_uuid and own_reported:
+        expected, expected_from = nvml_facts.get("uuid"), f"the lease names GPU {leased[0]}, where NVML names"
+    mig = (any(is_mig(name) for name in (own, *leased)) or nvml_facts.get("mig_mode") is True
+           or "MIG" in str(facts.get("name") or "").split())
+    record = {"leased": leased, "uuid": own, "uuid_from": own_from, "expected": expected, "mig": mig,
+              "checked": bool(uuid_key(own) and uuid_key(expected))}
+    if nvml_facts.get("mig_mode") is True and leased_uuid and not is_mig(leased_uuid):
+        raise DeviceMismatch(f"the launcher leased {leased_uuid}, a GPU in MIG mode: CUDA runs on one of its MIG "
+                             f"instances ({framework} reports {own}), not on the whole GPU; lease a MIG instance by "
+                             "its MIG- UUID (nvidia-smi -L)")
+    if not record["checked"]:
+        record["reason"] = ("no lease to compare with (a cell run outside the launcher)" if not leased
+                            else "no device UUID from the framework or NVML")
+        return record
+    if uuid_key(own) != uuid_key(expected):
+        raise DeviceMismatch(f"{framework} runs on {own} ({facts.get('name')}; from {own_from}), but {expected_from} "
+                             f"{expected}: the cell would time another device than its lease")
+    return record
+
+
 def set_and_probe_numerics(spec: CellSpec, backend) -> dict:
-    """The framework's own float32 switches as the spec's tf32 setting says, then the probe of what a float32
-    matmul really gets on this device (numerics.check fails a float32 cell meant to be float32 that is not)."""
-    switches = backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute)
-    return {"tf32": spec.settings["tf32"], "precision_switches": switches, "probe": numerics.probe(backend.matmul)}
+    """The framework's own float32 switches as the spec's tf32 setting says (given its compute dtype and task), then
+    the probes of what a float32 matmul and, where the backend has one, a float32 convolution really get on this
+    device (numerics.check fails a float32 cell meant to be float32 that is not)."""
+    switches = backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute, spec.task)
+    return {"tf32": spec.settings["tf32"], "precision_switches": switches,
+            "probe": numerics.probe(backend.matmul, getattr(backend, "conv", None))}
 
 
 BUSY_STEPS = 10
 
 
-def device_busy(spec: CellSpec, backend, workload, sync) -> dict:
-    """The device-busy share of a few steps run after the window (kbench.timing.device_busy): a direct measure of the
-    host's part of a step beside the batch study's fixed cost. Never fails the cell: its time is already measured."""
+def device_busy(spec: CellSpec, backend, workload, sync, window_ms_per_step: float) -> dict:
+    """The device-busy share (kbench.timing.device_busy): the device-busy time per step of a few steps profiled after
+    the window (one warm profiled step first, discarded) over the window's own, unprofiled ms/step: a direct measure
+    of the host's part of a step beside the batch study's fixed cost. Never fails the cell: its time is already
+    measured."""
     kind = backend.device()["kind"]
     if backend.activities is None:
         return {"share": None, "reason": f"{backend.name} on {kind}: no device profiler here"
                 + (" (a CPU step is host work throughout)" if kind == "cpu" else "")}
     try:
-        return timing.device_busy(workload.step, sync, min(BUSY_STEPS, spec.steps.timed), backend.activities)
+        return timing.device_busy(workload.step, sync, min(BUSY_STEPS, spec.steps.timed), backend.activities,
+                                  window_ms_per_step)
     except Exception as exc:     # the profiler, not the step: the window's figures stand
         return {"share": None, "reason": f"the device profiler failed: {type(exc).__name__}: {str(exc)[:300]}"}
 

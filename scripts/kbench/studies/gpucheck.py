@@ -11,6 +11,10 @@ runner and records as the workflow) in priority order until the deadline, at the
 table (status, device, probe, ms/step, MFU, memory, J/step, compiles in the window, graph breaks) and writes every
 cell JSON under --out. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
 plumbing without any framework.
+
+Exit status: 0 where a GPU was seen and every step that ran passed; 1 where a step failed (an import that crashed or
+hung, a probe error, a failed cell) or the input was bad; 2 where no GPU was visible. A framework the interpreter lacks
+is skipped and a cell the deadline left out is not run: neither fails the check.
 """
 from __future__ import annotations
 
@@ -50,14 +54,29 @@ PLAN = [
     ("bert", "fit", 32, "float32", "native-torch-eager"),
 ]
 SANITY_SIZE = 8192
+# The least a cell needs to start and reach the end of its timed window at the smoke suite's sizes (the process, its
+# imports, the model built, the warm-up with any compilation): estimates, not yet run on a GPU. A cell with less time
+# left than this is not started ("not run: deadline") rather than killed at the deadline ("failed: Timeout").
+CELL_START_S = {"compiled": 120, "eager": 60}
+SYNTHETIC_START_S = 10   # the synthetic stack: process and imports, on top of its KBENCH_SYNTHETIC_BUILD_S
+STOP_S = 5               # the deadline's margin: a cell's timeout is the time left less this
 PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/bin/python"
 
 
-IMPORTS = ("import importlib, json, sys\nfound = {}\nfor name in sys.argv[1:]:\n    try:\n"
+# Keras 3 reads KERAS_BACKEND when it is imported and takes TensorFlow without it: on an interpreter with JAX or torch
+# but no TensorFlow, `import keras` (and keras_hub) would then fail and both Keras 3 columns read missing. Each Keras 3
+# cell gets its column's backend (config framework_defs); the check imports Keras on the first backend installed.
+KERAS_BACKENDS = ("jax", "torch", "tensorflow")
+IMPORTS = ("import importlib, importlib.util, json, os, sys\n"
+           "if not os.environ.get('KERAS_BACKEND'):\n"
+           f"    os.environ['KERAS_BACKEND'] = next((b for b in {KERAS_BACKENDS!r} if importlib.util.find_spec(b)), "
+           "'tensorflow')\n"
+           "found = {}\nfor name in sys.argv[1:]:\n    try:\n"
            "        module = importlib.import_module(name)\n        found[name] = str(getattr(module, '__version__', 'yes'))\n"
            "    except Exception:\n        found[name] = None\nprint('PACKAGES ' + json.dumps(found))")
-IMPORT_S = 600           # every package in one process
-ONE_IMPORT_S = 120       # one package, where that process crashed or hung
+DEADLINE_S = 480         # the whole check, by default (--deadline)
+IMPORT_S = 240           # every package in one process (cold caches on a network file system), at most
+ONE_IMPORT_S = 60        # one package, where that process crashed or hung
 
 
 def run_python(python: str, code: str, args=(), timeout_s: float = 60, env: dict | None = None):
@@ -79,28 +98,41 @@ def _listed(proc) -> dict | None:
     return json.loads(lines[-1].removeprefix("PACKAGES ")) if lines else None
 
 
-def installed(python: str) -> tuple[dict[str, str | None], dict[str, str]]:
+def import_budget(deadline_s: float) -> float:
+    """The seconds the imports may take of the check's deadline: half of it at most, so the probes and cells get
+    the other half however slowly the interpreter imports."""
+    return min(IMPORT_S, deadline_s / 2)
+
+
+def installed(python: str, budget_s: float = IMPORT_S) -> tuple[dict[str, str | None], dict[str, str]]:
     """package -> version (None: missing), as a cell of this interpreter would import it (the cells' environment),
-    and package -> why it could not be told (a crash or a hang while importing it). Every package is imported in one
-    child process; where that process crashes (importing tensorflow then triton in one process segfaults: tensorflow
-    issue 124205) or hangs, each package gets a process of its own, so one bad import costs only its own row. A
-    BadFile for an interpreter that does not run, or is no Python."""
-    together = run_python(python, IMPORTS, PACKAGES, IMPORT_S)
+    and package -> why it could not be told (a crash or a hang while importing it, or no time left for it). Every
+    package is imported in one child process; where that process crashes (importing tensorflow then triton in one
+    process segfaults: tensorflow issue 124205) or hangs, each package gets a process of its own, so one bad import
+    costs only its own row. All of it within budget_s. A BadFile for an interpreter that does not run, or is no
+    Python."""
+    ends = time.monotonic() + budget_s
+    left = lambda cap: min(cap, ends - time.monotonic())        # noqa: E731
+    together = run_python(python, IMPORTS, PACKAGES, left(IMPORT_S))
     found = _listed(together)
     if found is not None:
         return found, {}
-    alone = run_python(python, "print('PACKAGES {}')", timeout_s=ONE_IMPORT_S)
+    alone = run_python(python, "print('PACKAGES {}')", timeout_s=max(left(ONE_IMPORT_S), 5))
     if _listed(alone) is None:
         said = ((alone.stderr or alone.stdout) if alone else "").strip().splitlines()[-1:] or ["no output"]
         raise files.BadFile(python, f"ran, but not as a Python interpreter: exit {alone.returncode if alone else '?'}, "
                                     f"{said[0][:120]!r}", PYTHON)
     found, unknown = {}, {}
     for name in PACKAGES:
-        proc = run_python(python, IMPORTS, (name,), ONE_IMPORT_S)
+        timeout_s = left(ONE_IMPORT_S)
+        if timeout_s < 1:
+            found[name], unknown[name] = None, f"not imported: the imports' {budget_s:.0f} s were spent"
+            continue
+        proc = run_python(python, IMPORTS, (name,), timeout_s)
         one = _listed(proc)
         found[name] = one.get(name) if one else None
         if one is None:
-            unknown[name] = (f"import hung past {ONE_IMPORT_S} s" if proc is None else
+            unknown[name] = (f"import hung past {timeout_s:.0f} s" if proc is None else
                              f"import crashed the interpreter (exit {proc.returncode})")
     return found, unknown
 
@@ -186,7 +218,7 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
         if missing:
             rows.append({**row, "status": f"skipped: {', '.join(missing)} missing"})
             continue
-        if remaining < 20:
+        if remaining - STOP_S < start_s(definition):
             rows.append({**row, "status": "not run: deadline"})
             continue
         spec = matrix.spec(config, "smoke", model, task, batch, precision_name, framework, "strict")
@@ -199,9 +231,17 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
                                      python, record)
         target = out / "cells" / f"{spec.cell_id}.r1.json"
         result = launch.run_cell(spec, "preinstalled", record, target, out / "logs" / f"{spec.cell_id}.r1.log",
-                                 launch.Options(timeout_s=remaining - 5))
+                                 launch.Options(timeout_s=remaining - STOP_S))
         rows.append({**row, **summary(result)})
     return rows
+
+
+def start_s(definition: dict) -> float:
+    """The seconds a cell of this column needs at least (CELL_START_S): compiled columns more than eager ones; the
+    synthetic stack its build time and its process."""
+    if definition["adapter"] == "synthetic":
+        return float(definition["env"].get("KBENCH_SYNTHETIC_BUILD_S", 0)) + SYNTHETIC_START_S
+    return CELL_START_S["compiled" if definition["jit_compile"] else "eager"]
 
 
 def summary(result: cell.CellResult) -> dict:
@@ -237,7 +277,8 @@ def text_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--deadline", type=float, default=480, help="seconds for the whole check (default 480)")
+    parser.add_argument("--deadline", type=float, default=DEADLINE_S,
+                        help=f"seconds for the whole check (default {DEADLINE_S})")
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose frameworks are checked")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "gpucheck", help="cell JSONs, logs, table")
     parser.add_argument("--plan", choices=["cells", "synthetic"], default="cells")
@@ -275,7 +316,7 @@ def check(args: argparse.Namespace) -> int:
                             "--out takes a folder, made if missing") from None
     config = {**yaml.safe_load((REPO / "config.yaml").read_text()), "accelerator": "gpu"}
     gpus = listed_gpus()
-    found, unknown = installed(args.python)
+    found, unknown = installed(args.python, import_budget(args.deadline))
     print(f"interpreter {args.python}: found {', '.join(f'{k} {v}' for k, v in found.items() if v) or 'nothing'}; "
           f"missing {', '.join(k for k, v in found.items() if not v and k not in unknown) or 'nothing'}"
           + "".join(f"; {k}: {why}" for k, why in unknown.items()))
@@ -303,9 +344,32 @@ def check(args: argparse.Namespace) -> int:
     table = text_table(rows)
     print(f"\ncells (smoke sizes, strict profile, runtime preinstalled; JSONs under {out / 'cells'})\n{table}")
     (out / "gpucheck.md").write_text(f"{table}\n")
+    status, verdict = outcome(gpus, unknown, probes, rows)
     (out / "gpucheck.json").write_text(json.dumps({"gpus": gpus, "packages": found, "import_problems": unknown,
-                                                   "probes": probes, "cells": rows}, indent=1))
-    return 0
+                                                   "probes": probes, "cells": rows, "exit_status": status,
+                                                   "verdict": verdict}, indent=1))
+    print(f"\ngpucheck: {verdict}")
+    return status
+
+
+NO_GPU, FAILED = 2, 1
+
+
+def outcome(gpus: list[dict], unknown: dict, probes: list[dict], rows: list[dict]) -> tuple[int, str]:
+    """The check's exit status and its last line: 0 where a GPU was seen and every step that ran passed (a framework
+    the interpreter lacks is skipped, a cell the deadline left out is not run: neither fails); 2 where no GPU was
+    visible (nvidia-smi listed none and no probe or cell ran on one); else 1 where a step failed: an import that
+    crashed or hung, a probe with an error, a cell that failed."""
+    seen = bool(gpus) or any(p.get("error") is None for p in probes) or any(r["status"] == "ok" for r in rows)
+    failed = ([f"import {name}: {why}" for name, why in unknown.items()]
+              + [f"probe {p['framework']} {p['TF32 mode']}: {p['error']}" for p in probes if p.get("error")]
+              + [f"{r['cell']}: {r['status']}" for r in rows
+                 if r["status"] != "ok" and not r["status"].startswith(("skipped", "not run"))])
+    if not seen:
+        return NO_GPU, "FAILED: no GPU visible (nvidia-smi lists none, and no probe or cell ran on one)"
+    if failed:
+        return FAILED, f"FAILED: {len(failed)} step(s): {'; '.join(failed)}"
+    return 0, "passed: every step that ran passed"
 
 
 if __name__ == "__main__":
