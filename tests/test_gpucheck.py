@@ -35,6 +35,14 @@ def test_the_gpu_check_runs_its_plan_and_prints_one_table(tmp_path):
     assert {row["status"] for row in report["cells"]} == {"ok"}
     cells = list((tmp_path / "out").glob("*/cells/**/*.r1.json"))
     assert len(cells) == 4 and all(json.loads(p.read_text())["provenance"]["runtime"] == "preinstalled" for p in cells)
+    # the acceptance steps: a process started as a cell is ran on its share (this host: fewer CPUs than the fake
+    # GPUs, so none) and saw no GPU UUID (no driver); the synthetic cells compared their device with the lease
+    steps = {row["step"]: row for row in report["steps"]}
+    assert "acceptance steps" in out and not any(row["status"].startswith("FAILED") for row in steps.values()), steps
+    assert set(steps) >= {"CPU shares by core", "a second account's lease", "CPU pinning (preinstalled)",
+                          "launched device (preinstalled)", "float32 conv probe", "busy share against the window",
+                          "device UUID"}, steps
+    assert steps["device UUID"]["status"] == "passed" and "GPU-fake-" in steps["device UUID"]["figures"], steps
 
 
 def test_the_gpu_check_stops_starting_cells_at_its_deadline(tmp_path):

@@ -40,15 +40,11 @@ def umask(mask: int):
 
 def python_for(uid: int) -> str:
     """An interpreter the account can run (this one may live under root's home), or a skip saying why not."""
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is missing: nothing here can run a process as another account")
-    for python in (sys.executable, "/usr/bin/python3"):
-        if subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", python, "-c",
-                           "import kbench.run.launch"], capture_output=True,
-                          env={"PYTHONPATH": str(REPO / "scripts")}).returncode == 0:
-            return python
-    pytest.skip(f"no Python here that uid {uid} can run (setpriv needs root, and the interpreters lie where that "
-                "account cannot read)")
+    python = host.python_for(uid, "kbench.run.launch")
+    if python is None:
+        pytest.skip(f"no Python here that uid {uid} can run (setpriv missing or needs root, or the interpreters lie "
+                    "where that account cannot read)")
+    return python
 
 
 def as_another_account(code: str, *args: str, uid: int = NOBODY) -> subprocess.CompletedProcess:

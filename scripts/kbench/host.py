@@ -7,7 +7,9 @@ import contextlib
 import fcntl
 import os
 import resource
+import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +75,19 @@ def file_lock(path: Path):
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def python_for(uid: int, module: str = "kbench.host") -> str | None:
+    """An interpreter that account can run with this repository's `module` importable (this process's may lie under
+    root's home), started by setpriv; None where there is none (or no setpriv)."""
+    if shutil.which("setpriv") is None:
+        return None
+    for python in dict.fromkeys((sys.executable, "/usr/bin/python3")):
+        if subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", python, "-c",
+                           f"import {module}"], capture_output=True, timeout=60,
+                          env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO / "scripts")}).returncode == 0:
+            return python
+    return None
 
 
 # ---------------------------------------------------------------- cgroup controllers given to this account

@@ -64,11 +64,12 @@ DEVICE = AsyncDevice()
 
 def device() -> dict:
     """The CPU; with KBENCH_SYNTHETIC_GPU=1, a stand-in GPU named after the one device the launcher handed the cell
-    (CUDA_VISIBLE_DEVICES): the harness's GPU paths run without a GPU."""
+    (CUDA_VISIBLE_DEVICES), whose UUID is that name: the harness's GPU paths (the device identity check's too) run
+    without a GPU."""
     if os.environ.get("KBENCH_SYNTHETIC_GPU") == "1":
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
         return {"kind": "gpu", "name": f"synthetic GPU {','.join(visible)}", "count": len(visible),
-                "platform_version": None}
+                "uuid": visible[0] if visible else None, "platform_version": None}
     return {"kind": "cpu", "name": "cpu", "count": 1, "platform_version": None}
 
 

@@ -225,6 +225,11 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
 LEASES = Path("/tmp")          # host-wide: every run (and user) of this pipeline on the host takes its GPUs from here
 
 
+def lease_path(uuid: str, leases: Path | None = None) -> Path:
+    """The host-wide lock file of one GPU's lease, by its UUID."""
+    return (LEASES if leases is None else leases) / f"kbench-gpu-{uuid}.lock"
+
+
 class Lease(list):
     """The GPUs a cell got, as its runtime names them, and (outside a scheduler) the CPUs that go with them."""
 
@@ -265,7 +270,7 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
     while True:
         for position, device in enumerate(devices):
             # whichever account made the lock file, this one can take it (kbench.host.open_lock)
-            fd = open_lock(LEASES / f"kbench-gpu-{device['uuid']}.lock")
+            fd = open_lock(lease_path(device["uuid"]))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -9,7 +9,10 @@ matmul of known size against the device's datasheet peak (a sanity MFU), then ru
 the `preinstalled` runtime (each its own process, the launcher's GPU lease, preflight and device checks, the same
 runner and records as the workflow) in priority order until the deadline, at the smoke suite's sizes. It prints one
 table (status, device, probe, ms/step, MFU, memory, J/step, compiles in the window, graph breaks) and writes every
-cell JSON under --out. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
+cell JSON under --out. Around them, its acceptance steps (kbench.studies.gpucheck_steps: the CPU shares by core, a
+second account's lease, a process started as a cell is in each runtime on its CPUs and its leased GPU, a float32 conv
+probe, the busy share against the window, the cells' device UUIDs), one table: each passed, FAILED or not measured
+with why. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
 plumbing without any framework.
 
 Exit status: 0 where a GPU was seen and every step that ran passed; 1 where a step failed (an import that crashed or
@@ -38,6 +41,7 @@ from kbench.plan import matrix
 from kbench.results import flops
 from kbench.run import launch
 from kbench.stacks import envs, lock_path
+from kbench.studies import gpucheck_steps as steps_of
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "diffusers", "segment_anything", "keras", "keras_hub",
             "keras_cv", "keras_nlp", "jax", "tensorflow", "tf_keras", "numpy", "yaml", "pynvml")
@@ -149,7 +153,7 @@ hooks = _hooks.torch_hooks() if framework == "torch" else _hooks.jax_hooks()
 switches = hooks["set_tf32"](mode, "float32")
 device = hooks["device"]()
 result = {{"switches": switches, "device_kind": device["kind"], "device": device["name"],
-          **numerics.probe(hooks["matmul"])}}
+          **numerics.probe(hooks["matmul"], hooks.get("conv"))}}
 if mode == "library-default" and framework == "torch" and hooks["device"]()["kind"] == "gpu":
     import torch                      # a bf16 matmul of known size: the sanity MFU
     n = {size}
@@ -187,6 +191,18 @@ def probe(python: str, framework: str, mode: str, timeout_s: float = PROBE_S) ->
     if result.get("device_kind") != "gpu":
         result["error"] = f"ran on {result.get('device_kind')} ({result.get('device')}), not a GPU"
     return result
+
+
+def probe_row(framework: str, mode: str, result: dict) -> dict:
+    """One probe's row of the table: what its float32 matmul and conv ran as, the sanity matmul's share of the peak."""
+    peak = peaks.peak_tflops(result.get("device"), "bf16")
+    return {"framework": framework, "TF32 mode": mode, "float32 matmul is": result.get("observed_class"),
+            "relative error": _round(result.get("matmul_relative_error"), 8),
+            "float32 conv is": result.get("conv_class"),
+            "conv relative error": _round(result.get("conv_relative_error"), 8),
+            "bf16 TFLOP/s": _round(result.get("bf16_tflops"), 1),
+            "of bf16 peak %": _round(100 * result["bf16_tflops"] / peak, 1) if peak and result.get(
+                "bf16_tflops") else None, "error": result.get("error")}
 
 
 # ---------------------------------------------------------------- the cells
@@ -320,6 +336,7 @@ def check(args: argparse.Namespace) -> int:
     print(f"interpreter {args.python}: found {', '.join(f'{k} {v}' for k, v in found.items() if v) or 'nothing'}; "
           f"missing {', '.join(k for k, v in found.items() if not v and k not in unknown) or 'nothing'}"
           + "".join(f"; {k}: {why}" for k, why in unknown.items()))
+    steps = host_steps(gpus, args, out, deadline)
     probes = []
     for framework in ("torch", "jax"):
         if not found.get(framework) or args.plan == "synthetic":
@@ -328,12 +345,7 @@ def check(args: argparse.Namespace) -> int:
             if time.monotonic() > deadline - 60:
                 break
             result = probe(args.python, framework, mode, deadline - time.monotonic() - 30)
-            peak = peaks.peak_tflops(result.get("device"), "bf16")
-            probes.append({"framework": framework, "TF32 mode": mode, "float32 matmul is": result.get(
-                "observed_class"), "relative error": _round(result.get("matmul_relative_error"), 8),
-                "bf16 TFLOP/s": _round(result.get("bf16_tflops"), 1),
-                "of bf16 peak %": _round(100 * result["bf16_tflops"] / peak, 1) if peak and result.get(
-                    "bf16_tflops") else None, "error": result.get("error")})
+            probes.append(probe_row(framework, mode, result))
     if probes:
         print("\nfloat32 matmul probe and bf16 sanity matmul\n" + text_table(probes))
     if args.plan == "synthetic":
@@ -343,28 +355,64 @@ def check(args: argparse.Namespace) -> int:
     rows = run_plan(config, plan, args.python, found, out, deadline, args.timed)
     table = text_table(rows)
     print(f"\ncells (smoke sizes, strict profile, runtime preinstalled; JSONs under {out / 'cells'})\n{table}")
-    (out / "gpucheck.md").write_text(f"{table}\n")
-    status, verdict = outcome(gpus, unknown, probes, rows)
+    ran = [cell.read(path) for path in sorted((out / "cells").rglob("*.json"))]
+    steps += [steps_of.conv_probe_step(probes), steps_of.busy_share_step(ran), steps_of.device_uuid_step(ran)]
+    print(f"\nacceptance steps\n{text_table(steps)}")
+    (out / "gpucheck.md").write_text(f"{table}\n\n{text_table(steps)}\n")
+    status, verdict = outcome(gpus, unknown, probes, rows, steps)
     (out / "gpucheck.json").write_text(json.dumps({"gpus": gpus, "packages": found, "import_problems": unknown,
-                                                   "probes": probes, "cells": rows, "exit_status": status,
-                                                   "verdict": verdict}, indent=1))
+                                                   "probes": probes, "cells": rows, "steps": steps,
+                                                   "exit_status": status, "verdict": verdict}, indent=1))
     print(f"\ngpucheck: {verdict}")
     return status
+
+
+LAUNCHED_S = 120         # a process started as a cell is, through each runtime: imports torch where it can
+
+
+def host_steps(gpus: list[dict], args: argparse.Namespace, out: Path, deadline: float) -> list[dict]:
+    """The acceptance steps of the host and the launcher (kbench.studies.gpucheck_steps), before the probes: the CPU
+    shares, a second account's lease, and a process started as a cell is, through the preinstalled interpreter and,
+    where podman holds one of this repository's GPU images, through podman (as this account: rootless where it is
+    not root)."""
+    devices = preflight.visible(gpus)
+    steps = [steps_of.cpu_shares_step(devices), steps_of.second_account_lease_step(devices)]
+    if not devices:
+        return steps
+    stack = "synthetic" if args.plan == "synthetic" else "native-torch"
+    preinstalled = out / "environments" / f"{stack}.gpu.json"
+    envs.record_preinstalled(stack, "gpu", lock_path(stack, "gpu", REPO), args.python, preinstalled)
+    runs = [("preinstalled", preinstalled)]
+    podman = steps_of.podman_image_record(REPO / "results")
+    runs += [("podman", podman)] if podman else []
+    for runtime, record in runs:
+        left = deadline - time.monotonic() - STOP_S
+        if left < LAUNCHED_S / 4:
+            steps.append(steps_of.step(f"CPU pinning ({runtime})", steps_of.not_measured("deadline")))
+            continue
+        result = steps_of.launched(runtime, record, out / "launched", stack, min(LAUNCHED_S, left))
+        steps += [steps_of.pinning_step(result), steps_of.launched_device_step(result, gpus)]
+    if not podman:
+        steps.append(steps_of.step("CPU pinning (podman)", steps_of.not_measured(
+            "podman is not on PATH, or holds none of this repository's GPU images (results/images/*.gpu.json)")))
+    return steps
 
 
 NO_GPU, FAILED = 2, 1
 
 
-def outcome(gpus: list[dict], unknown: dict, probes: list[dict], rows: list[dict]) -> tuple[int, str]:
+def outcome(gpus: list[dict], unknown: dict, probes: list[dict], rows: list[dict],
+            steps: list[dict] = ()) -> tuple[int, str]:
     """The check's exit status and its last line: 0 where a GPU was seen and every step that ran passed (a framework
     the interpreter lacks is skipped, a cell the deadline left out is not run: neither fails); 2 where no GPU was
     visible (nvidia-smi listed none and no probe or cell ran on one); else 1 where a step failed: an import that
-    crashed or hung, a probe with an error, a cell that failed."""
+    crashed or hung, a probe with an error, a cell that failed, an acceptance step FAILED (gpucheck_steps)."""
     seen = bool(gpus) or any(p.get("error") is None for p in probes) or any(r["status"] == "ok" for r in rows)
     failed = ([f"import {name}: {why}" for name, why in unknown.items()]
               + [f"probe {p['framework']} {p['TF32 mode']}: {p['error']}" for p in probes if p.get("error")]
               + [f"{r['cell']}: {r['status']}" for r in rows
-                 if r["status"] != "ok" and not r["status"].startswith(("skipped", "not run"))])
+                 if r["status"] != "ok" and not r["status"].startswith(("skipped", "not run"))]
+              + steps_of.failures(steps))
     if not seen:
         return NO_GPU, "FAILED: no GPU visible (nvidia-smi lists none, and no probe or cell ran on one)"
     if failed:

@@ -1,0 +1,293 @@
+"""The GPU check's acceptance steps: what a first run on a GPU host must show of the guards that keep its numbers
+honest, beside its cells (kbench.studies.gpucheck). Each step is one row: passed, FAILED with why (the check then
+exits 1), or not measured with why (what the host lacks for it: no second account to act as, no podman, no GPU cell
+that ran). The steps:
+
+- CPU shares by core: the launcher's shares of this host's CPUs among its GPUs (kbench.run.launch.cpu_shares) hold
+  whole cores, never overlap, and sit on their GPU's NUMA node where sysfs names it;
+- a second account's lease: another account (uid 65534, by setpriv, where this one is root) takes a GPU's lease lock
+  root made, is refused while this process holds it, and takes it again after;
+- CPU pinning (per runtime): a process started exactly as a cell is (lease, share, the runtime's command line; for
+  podman by an account without the cpuset controller, the pinned client: kbench.host.cpuset_delegation) runs on the
+  CPUs its record says it was given;
+- the launched device: that process's GPU, by UUID (torch's device properties, else NVML), is the one it was leased;
+- float32 conv probe: with TF32 off, a float32 convolution runs in float32 like the matmul (JAX's matmul preset
+  once left convolutions at DEFAULT);
+- busy share against the window: every GPU cell with a device profiler has a device-busy share over its own timed
+  window's ms/step, in (0, 1];
+- device UUID: every GPU cell compared the device its framework ran on with its lease (kbench.run.runner
+  .check_device_identity) and recorded it checked.
+"""
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from kbench import cell, host, records
+from kbench.gpu import preflight
+from kbench.run import launch
+from kbench.run.runner import uuid_key
+
+PASSED = "passed"
+NOBODY = 65534          # the second account: nobody's uid, which every Linux host has
+CHILD_S = 60
+
+
+def failed(why: str) -> str:
+    return f"FAILED: {why}"
+
+
+def not_measured(why: str) -> str:
+    return f"not measured: {why}"
+
+
+def step(name: str, status: str, figures: str = "") -> dict:
+    return {"step": name, "status": status, "figures": figures}
+
+
+def cpus_text(cpus) -> str:
+    """CPU numbers as a kernel CPU list: [0, 1, 2, 3, 8] -> "0-3,8"."""
+    runs, cpus = [], sorted(cpus)
+    for cpu in cpus:
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs) or "none"
+
+
+# ---------------------------------------------------------------- host steps, before any cell
+
+def cpu_shares_step(devices: list[dict], sysfs: Path | None = None) -> dict:
+    """The launcher's CPU shares for cells side by side on `devices`, checked against this host's topology."""
+    name = "CPU shares by core"
+    if not devices:
+        return step(name, not_measured("no GPU listed"))
+    shares = launch.cpu_shares(devices, sysfs)
+    mine = sorted(os.sched_getaffinity(0))
+    if shares is None:
+        return step(name, not_measured(f"fewer CPUs ({len(mine)}) than GPUs ({len(devices)}): no shares to check"))
+    cores = host.cpu_cores(mine, sysfs)
+    node_of = {cpu: node for node, cpus in host.numa_nodes(sysfs).items() for cpu in cpus}
+    gpu_nodes = [host.pci_numa_node(d.get("pci_bus_id"), sysfs) for d in devices]
+    share_nodes = [{node_of.get(cpu) for cpu in share} for share in shares]
+    problems = []
+    taken = [cpu for share in shares for cpu in share]
+    if len(taken) != len(set(taken)):
+        problems.append("a CPU is in two shares")
+    if len({len(share) for share in shares}) > 1:
+        problems.append(f"shares of {sorted({len(share) for share in shares})} CPUs")
+    if len(cores) >= len(devices):          # else threads are shared out by design (launch.cpu_shares)
+        split = [core for core in cores
+                 if sum(bool(set(core) & set(share)) for share in shares) > 1
+                 or any(set(core) & set(share) and not set(core) <= set(share) for share in shares)]
+        problems += [f"core {cpus_text(core)} is split between shares" for core in split]
+    for i, node in enumerate(gpu_nodes):
+        if node is None or share_nodes[i] == {node}:
+            continue
+        others = [j for j, found in enumerate(share_nodes) if found == {node} and gpu_nodes[j] != node]
+        if others:
+            problems.append(f"GPU {devices[i]['index']}'s share is off its NUMA node {node}, where GPU "
+                            f"{devices[others[0]]['index']}'s share (its GPU on node {gpu_nodes[others[0]]}) sits")
+    figures = "; ".join(f"GPU {d['index']} (node {'?' if n is None else n}): CPUs {cpus_text(s)}"
+                        for d, n, s in zip(devices, gpu_nodes, shares))
+    return step(name, failed("; ".join(problems)) if problems else PASSED, figures)
+
+
+# The launcher's own lock, opened as the launcher opens it, taken without waiting
+TRY_LEASE = ("import fcntl, sys\nfrom pathlib import Path\nfrom kbench.host import open_lock\n"
+             "fd = open_lock(Path(sys.argv[1]))\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    print('refused')\n"
+             "else:\n    print('taken')\n")
+
+
+def account_argv(uid: int = NOBODY) -> tuple[list[str] | None, str]:
+    """How to start a Python process as a second account (setpriv, as root), with who it is; None and why where this
+    process cannot act as another account."""
+    if os.geteuid() != 0:
+        return None, f"this account is uid {os.geteuid()}, not root: it cannot act as another"
+    python = host.python_for(uid)
+    if python is None:
+        return None, (f"no Python here that uid {uid} can run with kbench importable (setpriv missing, or the "
+                      "interpreters and the repository lie where that account cannot read)")
+    return ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", python], f"uid {uid}"
+
+
+def second_account_lease_step(devices: list[dict], uid: int = NOBODY, leases: Path | None = None) -> dict:
+    """While this process holds the first GPU's lease (its lock file made by this account where none was, as a cell's
+    launcher makes it), another account is refused it; once it lets go, that account takes it. A lock file the other
+    account cannot open (an older launcher's, made 0600 under root's umask) reads as an error: that GPU would be lost
+    to every other account."""
+    name = "a second account's lease"
+    if not devices:
+        return step(name, not_measured("no GPU listed"))
+    argv, who = account_argv(uid)
+    if argv is None:
+        return step(name, not_measured(who))
+    path = launch.lease_path(devices[0]["uuid"], leases)
+
+    def attempt() -> str:
+        proc = subprocess.run([*argv, "-c", TRY_LEASE, str(path)], capture_output=True, text=True, timeout=CHILD_S,
+                              env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(host.REPO / "scripts")})
+        said = proc.stdout.strip()
+        return said if said in ("taken", "refused") else \
+            f"error: {(proc.stderr.strip().splitlines() or ['no output'])[-1][:200]}"
+    fd = host.open_lock(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return step(name, not_measured(f"GPU {devices[0]['index']} is leased now (a cell runs on it)"))
+        during = attempt()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    after = attempt()
+    mode = stat.S_IMODE(path.stat().st_mode)
+    figures = (f"{who} on GPU {devices[0]['index']}: {during} while this process held it, {after} after; {path} "
+               f"mode {mode:o}")
+    problems = [f"{when}: {said}, expected {want}" for when, said, want in
+                (("while held", during, "refused"), ("after", after, "taken")) if said != want]
+    return step(name, failed("; ".join(problems)) if problems else PASSED, figures)
+
+
+# ---------------------------------------------------------------- a process started as a cell is
+
+def launched(runtime: str, record: Path, out: Path, stack: str, timeout_s: float) -> cell.CellResult:
+    """kbench.run.seen started through the launcher on a GPU lease, as a cell of `stack` in `runtime`."""
+    job = {"cell_id": f"gpucheck/launched/{runtime}", "accelerator": "gpu", "framework_def": {"stack": stack}}
+    return launch.run_cell(job, runtime, record, out / f"launched-{runtime}.json", out / f"launched-{runtime}.log",
+                           launch.Options(module="kbench.run.seen", timeout_s=timeout_s))
+
+
+def pinning_step(result: cell.CellResult, delegation: host.Delegation | None = None) -> dict:
+    """The CPUs the launched process ran on are those its record says its launcher gave it (its share), however the
+    runtime pinned it (cpuset, client affinity, affinity)."""
+    runtime = result.provenance.get("runtime")
+    name = f"CPU pinning ({runtime})"
+    delegation = delegation or host.cpuset_delegation()
+    reading = (f"cpuset {'delegated' if delegation.cpuset else 'not delegated'} to uid {os.geteuid()} "
+               f"({delegation.why})")
+    if result.status != "ok":
+        return step(name, failed(f"the process did not run: {result.text()}"), reading)
+    launcher = result.provenance.get("launcher") or {}
+    given, pinning, seen = launcher.get("cpus_allocated"), launcher.get("cpu_pinning"), result.evidence["cpus"]
+    figures = f"{pinning}; given CPUs {cpus_text(given or [])}, ran on {cpus_text(seen)}; {reading}"
+    if not given:
+        return step(name, not_measured("no CPU share (fewer CPUs than GPUs)"), figures)
+    if sorted(seen) != sorted(given):
+        return step(name, failed(f"ran on CPUs {cpus_text(seen)}, given {cpus_text(given)} ({pinning})"), figures)
+    return step(name, PASSED, figures)
+
+
+def launched_device_step(result: cell.CellResult, devices: list[dict]) -> dict:
+    """The GPU the launched process saw, by UUID, is the one its lease names (a UUID, or an index: podman's CDI)."""
+    runtime = result.provenance.get("runtime")
+    name = f"launched device ({runtime})"
+    if result.status != "ok":
+        return step(name, failed(f"the process did not run: {result.text()}"))
+    leased = ((result.provenance.get("launcher") or {}).get("gpus_allocated") or [None])[0]
+    evidence = result.evidence
+    seen, source = ((evidence["torch_uuid"], "torch") if uuid_key(evidence.get("torch_uuid"))
+                    else ((evidence.get("nvml") or {}).get("uuid"), "NVML"))
+    expected = leased if uuid_key(leased) else next((d["uuid"] for d in devices if d["index"] == str(leased)), None)
+    figures = f"leased {leased}, saw {seen} ({source}); CUDA_VISIBLE_DEVICES={evidence.get('cuda_visible_devices')}"
+    if not uuid_key(seen):
+        return step(name, not_measured("the process saw no GPU UUID (no torch with a GPU, no NVML)"), figures)
+    if uuid_key(seen) != uuid_key(expected):
+        return step(name, failed(f"leased {expected}, ran on {seen}"), figures)
+    return step(name, PASSED, figures)
+
+
+def podman_image_record(results: Path) -> Path | None:
+    """A GPU image record of this repository's whose image podman's storage holds (the launched process needs any
+    image with Python; the scripts are mounted), or None."""
+    if not shutil.which("podman"):
+        return None
+    for path in sorted((results / "images").glob("*.gpu.json")):
+        try:
+            image = records.read(path)["id"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if subprocess.run(["podman", "image", "exists", image], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
+# ---------------------------------------------------------------- the probes and the cells' records
+
+def conv_probe_step(probes: list[dict]) -> dict:
+    """With TF32 off, a float32 conv and a float32 matmul are both float32 (class fp32), in every framework probed."""
+    name = "float32 conv probe"
+    off = [p for p in probes if p["TF32 mode"] == "off" and not p.get("error")]
+    if not any(p.get("float32 conv is") for p in off):
+        return step(name, not_measured("no conv probe ran with TF32 off"))
+    problems = [f"{p['framework']}: {kind} is {p.get(key)} with TF32 off" for p in off
+                for kind, key in (("matmul", "float32 matmul is"), ("conv", "float32 conv is"))
+                if p.get(key) != "fp32"]
+    figures = "; ".join(f"{p['framework']}: matmul {p.get('float32 matmul is')}, conv {p.get('float32 conv is')}"
+                        for p in off)
+    return step(name, failed("; ".join(problems)) if problems else PASSED, figures)
+
+
+def gpu_cells(results: list[cell.CellResult]) -> list[cell.CellResult]:
+    return [r for r in results if r.status == "ok" and preflight.is_gpu(r.spec["accelerator"])]
+
+
+def busy_share_step(results: list[cell.CellResult]) -> dict:
+    """Every GPU cell whose framework has a device profiler (torch: kbench.adapters._hooks) has a busy share, over
+    its own timed window's ms/step (not the profiled steps'), within (0, 1]; a cell without a device profiler says so
+    and is not counted."""
+    name = "busy share against the window"
+    ran = gpu_cells(results)
+    if not ran:
+        return step(name, not_measured("no GPU cell ran"))
+    problems, figures, unprofiled = [], [], []
+    for result in ran:
+        busy, where = result.timing.get("device_busy") or {}, result.cell_id.rsplit("/", 1)[-1]
+        share, reason = busy.get("share"), busy.get("reason") or ""
+        if share is None and "no device profiler here" in reason:
+            unprofiled.append(where)
+            continue
+        if share is None:
+            problems.append(f"{result.cell_id}: no share ({reason or 'no reason given'})")
+            continue
+        window = busy.get("window_ms_per_step")
+        if window is None or not math.isclose(window, result.timing["mean_ms"], rel_tol=1e-9):
+            problems.append(f"{result.cell_id}: share over {window} ms/step, not its window's "
+                            f"{result.timing['mean_ms']}")
+        if not 0 < share <= 1:
+            problems.append(f"{result.cell_id}: share {share}")
+        overhead = busy.get("profiler_overhead")
+        figures.append(f"{result.cell_id}: {share:.0%} busy" + (f", profiled x{overhead:.2f}" if overhead else ""))
+    if unprofiled:
+        figures.append(f"no device profiler: {', '.join(unprofiled)}")
+    if not problems and len(unprofiled) == len(ran):
+        return step(name, not_measured("no GPU cell with a device profiler ran"), "; ".join(figures))
+    return step(name, failed("; ".join(problems)) if problems else PASSED, "; ".join(figures))
+
+
+def device_uuid_step(results: list[cell.CellResult]) -> dict:
+    """Every GPU cell compared its framework's device with its lease, by UUID, and recorded it checked (a mismatch
+    fails the cell itself: kbench.run.runner.DeviceMismatch)."""
+    name = "device UUID"
+    ran = gpu_cells(results)
+    if not ran:
+        return step(name, not_measured("no GPU cell ran"))
+    identities = {r.cell_id: r.provenance.get("device_identity") or {} for r in ran}
+    unchecked = [f"{cell_id}: {found.get('reason', 'no device identity recorded')}"
+                 for cell_id, found in identities.items() if not found.get("checked")]
+    figures = "; ".join(f"{cell_id.rsplit('/', 1)[-1]}: {found.get('uuid')} ({found.get('uuid_from')})"
+                        for cell_id, found in identities.items() if found.get("checked"))
+    return step(name, failed("; ".join(unchecked)) if unchecked else PASSED, figures)
+
+
+def failures(rows: list[dict]) -> list[str]:
+    """The steps that failed, as the check's verdict names them."""
+    return [f"{row['step']}: {row['status'].removeprefix('FAILED: ')}" for row in rows
+            if row["status"].startswith("FAILED")]

@@ -1,0 +1,257 @@
+"""The GPU check's acceptance steps (kbench.studies.gpucheck_steps), each on both sides of what it decides: passed
+on a record or host that holds, FAILED on one that does not, not measured where the host lacks what it needs. The
+whole check with these steps runs in tests/test_gpucheck.py (a fake nvidia-smi, the synthetic stack)."""
+import os
+
+import pytest
+
+from kbench import cell, host
+from kbench.studies import gpucheck, gpucheck_steps as steps_of
+from test_host import NOBODY, shared_folder  # noqa: F401  (a fixture)
+from test_launch import fake_devices, fake_topology, gpus_on_bus
+
+UUID = "GPU-8f4c1a2b-0000-1111-2222-333344445555"
+OTHER = "GPU-00000000-9999-8888-7777-666655554444"
+
+
+def passed(row):
+    return row["status"] == steps_of.PASSED
+
+
+def failed(row, *words):
+    return row["status"].startswith("FAILED: ") and all(w in row["status"] for w in words)
+
+
+# ---------------------------------------------------------------- CPU shares by core
+
+@pytest.fixture
+def sixteen_cpus(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+
+
+def test_the_launchers_shares_pass_on_two_sockets_with_hyperthreads(tmp_path, sixteen_cpus):
+    sysfs = fake_topology(tmp_path / "sys", gpu_nodes=(1, 1, 0, 0))
+    row = steps_of.cpu_shares_step(gpus_on_bus(4), sysfs)
+    assert passed(row), row
+    assert row["figures"].startswith("GPU 0 (node 1): CPUs 4-5,12-13; GPU 1 (node 1): CPUs 6-7,14-15"), row
+
+
+@pytest.mark.parametrize("shares, words", [
+    ([[0, 8, 1, 9], [2, 10, 3, 11], [4, 12, 5, 13], [5, 13, 6, 14]], ["a CPU is in two shares"]),
+    ([[0, 1, 2, 3], [8, 9, 10, 11], [4, 5, 12, 13], [6, 7, 14, 15]], ["core 0,8 is split between shares"]),
+    ([[0, 8, 1, 9], [2, 10, 3, 11], [4, 12, 5, 13], [6, 14]], ["shares of [2, 4] CPUs"]),
+    ([[0, 8, 1, 9], [2, 10, 3, 11], [4, 12, 5, 13], [6, 14, 7, 15]], ["GPU 0's share is off its NUMA node 1"]),
+])
+def test_shares_that_overlap_split_a_core_differ_in_size_or_leave_their_node_fail(tmp_path, sixteen_cpus, monkeypatch,
+                                                                                  shares, words):
+    """The launcher's layout replaced by a wrong one, one fault each: the step names it."""
+    sysfs = fake_topology(tmp_path / "sys", gpu_nodes=(1, 1, 0, 0))
+    monkeypatch.setattr(steps_of.launch, "cpu_shares", lambda devices, sysfs=None: shares)
+    row = steps_of.cpu_shares_step(gpus_on_bus(4), sysfs)
+    assert failed(row, *words), row
+
+
+def test_fewer_cpus_than_gpus_and_no_gpu_are_not_measured(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert steps_of.cpu_shares_step(fake_devices(2), tmp_path / "no-sysfs")["status"].startswith(
+        "not measured: fewer CPUs (1) than GPUs (2)")
+    assert steps_of.cpu_shares_step([])["status"] == "not measured: no GPU listed"
+
+
+# ---------------------------------------------------------------- a second account's lease
+
+@pytest.fixture
+def as_root():
+    if os.geteuid() != 0 or host.python_for(NOBODY) is None:
+        pytest.skip("acting as a second account needs root and a Python that uid 65534 can run")
+
+
+def test_a_second_account_takes_is_refused_and_takes_again(as_root, shared_folder):  # noqa: F811
+    row = steps_of.second_account_lease_step(fake_devices(1), leases=shared_folder)
+    assert passed(row), row
+    assert row["figures"].startswith("uid 65534 on GPU 0: refused while this process held it, taken after;"), row
+    assert row["figures"].endswith("mode 666"), row          # made by this account for every account
+
+
+def test_a_lease_this_process_does_not_really_hold_fails(as_root, shared_folder, monkeypatch):  # noqa: F811
+    """flock made a no-op in this process: the second account takes the GPU while it is 'held'."""
+    monkeypatch.setattr(steps_of.fcntl, "flock", lambda fd, how: None)
+    row = steps_of.second_account_lease_step(fake_devices(1), leases=shared_folder)
+    assert failed(row, "while held: taken, expected refused"), row
+
+
+def test_a_lock_file_another_account_cannot_open_fails(as_root, shared_folder):  # noqa: F811
+    """A lock file an older launcher made 0600 under root's umask locks the second account out of that GPU."""
+    path = steps_of.launch.lease_path("GPU-fake-0", shared_folder)
+    path.touch()
+    path.chmod(0o600)
+    row = steps_of.second_account_lease_step(fake_devices(1), leases=shared_folder)
+    assert failed(row, "while held: error: PermissionError", "after: error: PermissionError"), row
+    path.chmod(0o644)       # read-only is all the launcher's open needs (kbench.host.open_lock)
+    assert passed(steps_of.second_account_lease_step(fake_devices(1), leases=shared_folder))
+
+
+def test_an_account_that_is_not_root_cannot_act_as_a_second_one(monkeypatch):
+    monkeypatch.setattr(steps_of.os, "geteuid", lambda: 1000)
+    row = steps_of.second_account_lease_step(fake_devices(1))
+    assert row["status"] == "not measured: this account is uid 1000, not root: it cannot act as another", row
+
+
+# ---------------------------------------------------------------- a process started as a cell is
+
+def launched(runtime="preinstalled", given=(2, 3), seen=(2, 3), pinning="affinity", leased=UUID, nvml_uuid=UUID,
+             torch_uuid=None, status="ok"):
+    job = {"cell_id": f"gpucheck/launched/{runtime}", "accelerator": "gpu", "framework_def": {"stack": "synthetic"}}
+    context = {"runtime": runtime, "launcher": {"cpus_allocated": list(given) if given else None,
+                                                "cpu_pinning": pinning, "gpus_allocated": [leased]}}
+    result = cell.new_result(job, context, status, None if status == "ok" else cell.error_info("Timeout", "late"))
+    result.evidence = {"cpus": list(seen), "nvml": {"uuid": nvml_uuid}, "torch_uuid": torch_uuid,
+                       "cuda_visible_devices": leased}
+    return result
+
+
+NOT_DELEGATED = host.Delegation(False, "user@1000.service/cgroup.controllers: cpu io memory pids")
+
+
+def test_a_process_on_the_cpus_it_was_given_passes_and_says_how_it_was_pinned():
+    row = steps_of.pinning_step(launched("podman", pinning="client affinity"), NOT_DELEGATED)
+    assert passed(row) and row["step"] == "CPU pinning (podman)", row
+    assert row["figures"].startswith("client affinity; given CPUs 2-3, ran on 2-3; cpuset not delegated"), row
+
+
+@pytest.mark.parametrize("result, status", [
+    (launched(seen=range(16)), "FAILED: ran on CPUs 0-15, given 2-3 (affinity)"),
+    (launched(status="failed"), "FAILED: the process did not run: failed: Timeout"),
+    (launched(given=None, pinning="none"), "not measured: no CPU share (fewer CPUs than GPUs)"),
+])
+def test_a_process_off_its_share_fails_and_one_without_a_share_is_not_measured(result, status):
+    assert steps_of.pinning_step(result, NOT_DELEGATED)["status"] == status
+
+
+DEVICES = [{"index": "0", "uuid": OTHER}, {"index": "1", "uuid": UUID}]
+
+
+@pytest.mark.parametrize("result", [launched(), launched(torch_uuid=UUID.removeprefix("GPU-"), nvml_uuid=None),
+                                    launched("podman", leased="1")])
+def test_the_launched_process_on_its_leased_gpu_passes_by_uuid_or_by_cdi_index(result):
+    assert passed(steps_of.launched_device_step(result, DEVICES))
+
+
+@pytest.mark.parametrize("result, status", [
+    (launched(nvml_uuid=OTHER), f"FAILED: leased {UUID}, ran on {OTHER}"),
+    (launched("podman", leased="0"), f"FAILED: leased {OTHER}, ran on {UUID}"),
+    (launched(torch_uuid=OTHER.removeprefix("GPU-")), f"FAILED: leased {UUID}, ran on {OTHER.removeprefix('GPU-')}"),
+    (launched(nvml_uuid=None), "not measured: the process saw no GPU UUID (no torch with a GPU, no NVML)"),
+])
+def test_the_launched_process_on_another_gpu_fails(result, status):
+    assert steps_of.launched_device_step(result, DEVICES)["status"] == status
+
+
+# ---------------------------------------------------------------- the conv probe
+
+def probe(framework, mode, matmul="fp32", conv="fp32", error=None):
+    return {"framework": framework, "TF32 mode": mode, "float32 matmul is": matmul, "float32 conv is": conv,
+            "error": error}
+
+
+def test_float32_convs_and_matmuls_with_tf32_off_pass():
+    row = steps_of.conv_probe_step([probe("torch", "off"), probe("torch", "on", "tf32", "tf32"), probe("jax", "off")])
+    assert passed(row) and row["figures"] == "torch: matmul fp32, conv fp32; jax: matmul fp32, conv fp32", row
+
+
+@pytest.mark.parametrize("probes, status", [
+    ([probe("torch", "off"), probe("jax", "off", conv="tf32")], "FAILED: jax: conv is tf32 with TF32 off"),
+    ([probe("torch", "off", matmul="tf32")], "FAILED: torch: matmul is tf32 with TF32 off"),
+    ([probe("torch", "off", conv=None), probe("torch", "on", "tf32", "tf32")],
+     "not measured: no conv probe ran with TF32 off"),
+    ([probe("jax", "off", error="ran on cpu")], "not measured: no conv probe ran with TF32 off"),
+])
+def test_a_conv_below_float32_with_tf32_off_fails(probes, status):
+    assert steps_of.conv_probe_step(probes)["status"] == status
+
+
+# ---------------------------------------------------------------- the cells' records
+
+def gpu_cell(name="native-torch-eager", mean_ms=10.0, busy=None, identity=None, accelerator="gpu", status="ok"):
+    spec = {"cell_id": f"smoke/strict/bert/fit/bs32/float32/{name}", "accelerator": accelerator}
+    result = cell.new_result(spec, {"device_identity": identity}, status)
+    result.timing = {"mean_ms": mean_ms, "device_busy": busy}
+    return result
+
+
+def busy(share=0.8, window=10.0, reason=None, overhead=1.25):
+    return {"share": share, "window_ms_per_step": window, "profiler_overhead": overhead, "reason": reason}
+
+
+NO_PROFILER = busy(None, reason="jax on gpu: no device profiler here")
+
+
+def test_busy_shares_over_their_own_window_pass_and_unprofiled_columns_are_named():
+    row = steps_of.busy_share_step([gpu_cell(busy=busy()), gpu_cell("keras3-jax", busy=NO_PROFILER),
+                                    gpu_cell(accelerator="cpu", busy=busy(None))])
+    assert passed(row), row
+    assert row["figures"] == ("smoke/strict/bert/fit/bs32/float32/native-torch-eager: 80% busy, profiled x1.25; "
+                              "no device profiler: keras3-jax")
+
+
+@pytest.mark.parametrize("record, words", [
+    (busy(window=12.5), ["share over 12.5 ms/step, not its window's 10.0"]),
+    (busy(None, reason="the device profiler stopped collecting early: Kineto"), ["no share (the device profiler "
+                                                                                 "stopped collecting early"]),
+    (busy(None), ["no share (no reason given)"]),
+    (busy(1.2), ["share 1.2"]),
+    (busy(0.0), ["share 0.0"]),
+])
+def test_a_busy_share_over_another_window_missing_or_out_of_range_fails(record, words):
+    assert failed(steps_of.busy_share_step([gpu_cell(busy=record)]), *words)
+
+
+def test_busy_share_without_a_profiled_gpu_cell_is_not_measured():
+    assert steps_of.busy_share_step([gpu_cell(status="failed")])["status"] == "not measured: no GPU cell ran"
+    assert steps_of.busy_share_step([gpu_cell(busy=NO_PROFILER)])["status"] == \
+        "not measured: no GPU cell with a device profiler ran"
+
+
+def test_cells_that_checked_their_device_pass_and_one_that_did_not_fails():
+    checked = {"checked": True, "uuid": UUID, "uuid_from": "torch's own device properties"}
+    assert passed(steps_of.device_uuid_step([gpu_cell(identity=checked)]))
+    row = steps_of.device_uuid_step([gpu_cell(identity=checked), gpu_cell("keras3-jax", identity={
+        "checked": False, "reason": "no device UUID from the framework or NVML"})])
+    assert row["status"] == ("FAILED: smoke/strict/bert/fit/bs32/float32/keras3-jax: no device UUID from the "
+                             "framework or NVML"), row
+    assert failed(steps_of.device_uuid_step([gpu_cell()]), "no device identity recorded")
+    assert steps_of.device_uuid_step([])["status"] == "not measured: no GPU cell ran"
+
+
+def test_a_failed_step_fails_the_check_and_one_not_measured_does_not():
+    gpus = [{"index": "0", "uuid": UUID}]
+    ok_cell = {"cell": "c", "status": "ok"}
+    assert gpucheck.outcome(gpus, {}, [], [ok_cell], [steps_of.step("s", "not measured: no podman")])[0] == 0
+    status, verdict = gpucheck.outcome(gpus, {}, [], [ok_cell], [steps_of.step("device UUID", "FAILED: x: y")])
+    assert (status, verdict) == (1, "FAILED: 1 step(s): device UUID: x: y")
+
+
+def test_the_probe_runs_the_frameworks_conv_beside_its_matmul(monkeypatch, capsys):
+    """The probe's code, run here with a framework's hooks faked (a float32 matmul, a conv that rounds through
+    float16): its line carries the conv's class, and the table's row shows it."""
+    import sys
+    import types
+
+    import numpy as np
+
+    import kbench.adapters
+    from kbench import numerics
+    fake = types.ModuleType("kbench.adapters._hooks")
+    fake.torch_hooks = fake.jax_hooks = lambda: {
+        "set_tf32": lambda mode, dtype: {"mode": mode}, "device": lambda: {"kind": "gpu", "name": "fake"},
+        "matmul": lambda a, b: a @ b, "conv": lambda x, w: numerics.conv_reference(x, w).astype(np.float16)}
+    monkeypatch.setitem(sys.modules, "kbench.adapters._hooks", fake)
+    monkeypatch.setattr(kbench.adapters, "_hooks", fake, raising=False)
+    monkeypatch.setattr(sys, "argv", ["probe", "jax", "off"])
+    exec(gpucheck.PROBE.format(scripts=str(host.REPO / "scripts"), size=64), {})
+    line = capsys.readouterr().out.strip()
+    result = __import__("json").loads(line.removeprefix("PROBE "))
+    assert (result["observed_class"], result["conv_class"]) == ("fp32", "tf32"), result
+    row = gpucheck.probe_row("jax", "off", result)
+    assert (row["float32 matmul is"], row["float32 conv is"]) == ("fp32", "tf32")
+    assert steps_of.conv_probe_step([row])["status"] == "FAILED: jax: conv is tf32 with TF32 off"
