@@ -90,10 +90,10 @@ def python_in_image(image: dict, script: str, marker: str, timeout: int = 900):
     """A script run by the image's python (offline, the repository's scripts mounted as a cell gets them); the JSON
     of its stdout's line that starts with `marker`."""
     import json
-    from kbench import host
+    from kbench import host, runtimes
     from kbench.run import launch
     argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
-            f"--volume={REPO / 'scripts'}:{launch.SCRIPTS_IN_IMAGE}:ro", image["id"], "python", "-"]
+            f"--volume={REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro", image["id"], "python", "-"]
     proc = subprocess.run(argv, input=script, text=True, capture_output=True, timeout=timeout,
                           env=launch.process_env("podman"))
     lines = [line for line in proc.stdout.splitlines() if line.startswith(marker + " ")]
