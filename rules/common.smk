@@ -18,7 +18,7 @@ from kbench import precision, records
 from kbench.gpu import preflight
 from kbench.plan import config_check, departures, matrix, sources
 from kbench.run import scheduling
-from kbench.results import batch, tables, tuning
+from kbench.results import batch, breakdown_tables, tables, tuning
 from kbench.stacks import disk, envs, lock_path
 from kbench.studies import jax_numpy, jax_numpy_tables
 
@@ -161,8 +161,9 @@ def profile_equivalence(wildcards):
 
 
 def table_files(suite):
-    """Every profile's tables, the departures page and the run facts."""
-    return ([results("tables", suite, profile, name) for profile in config["profiles"] for name in tables.OUTPUTS]
+    """Every profile's tables (its time by kind too), the departures page and the run facts."""
+    return ([results("tables", suite, profile, name) for profile in config["profiles"]
+             for name in tables.OUTPUTS + breakdown_tables.OUTPUTS]
             + [results("tables", suite, name) for name in departures.OUTPUTS + ["run_facts.html"]])
 
 
@@ -204,7 +205,8 @@ def tuning_files(suite):
 
 
 def plot_files(suite):
-    return [results("plots", suite, profile, name) for profile in config["profiles"] for name in PLOTS]
+    return [results("plots", suite, profile, name) for profile in config["profiles"]
+            for name in list(PLOTS) + breakdown_tables.PLOTS]
 
 
 def in_report(path, category, subcategory=None):

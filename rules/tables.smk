@@ -16,12 +16,14 @@ rule tables:
         claims=json.dumps(config["precision_study"]["claims"]),
         unreproduced=lambda wildcards: json.dumps(departures.unreproduced(config, wildcards.profile)),
         differences=json.dumps(config["equivalence"]["differences"]),
+        departures=json.dumps(config["departures"]),
         out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
     localrule: True
     shell:
         "python -m kbench.results.tables --profile {wildcards.profile} --frameworks={params.frameworks} "
         "--keras3={params.keras3} --baseline={params.baseline} --claims={params.claims:q} "
         "--unreproduced={params.unreproduced:q} --differences={params.differences:q} "
+        "--departures={params.departures:q} "
         "--equivalence {input.equivalence} --out {params.out_dir} {input.cells} > {log} 2>&1"
 
 
@@ -74,3 +76,25 @@ rule tuning_gain:
         "--frameworks={params.frameworks} --keras3={params.keras3} --native={params.native} "
         "--accelerator {params.accelerator} --out {params.out} --plots {params.plots} "
         "--applied {params.applied} > {log} 2>&1"
+
+
+rule time_by_kind:
+    """One profile's cells' breakdowns by kind of work (kbench.breakdown, recorded after each timed window) side by
+    side: time_by_kind (row x column x kind), its long form, each cell's top ops, the stacked bars per row."""
+    input:
+        profile_cells,
+    output:
+        [in_report(results("tables/{suite}/{profile}", name), "Time by kind", "{profile}") if name.endswith(".html")
+         else results("tables/{suite}/{profile}", name) for name in breakdown_tables.OUTPUTS]
+        + [in_report(results("plots/{suite}/{profile}", name), "Time by kind", "{profile}") if name.endswith(".png")
+           else results("plots/{suite}/{profile}", name) for name in breakdown_tables.PLOTS],
+    log:
+        results("logs/time_by_kind/{suite}/{profile}.log"),
+    params:
+        frameworks=",".join(config["frameworks"]),
+        out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
+        plots=lambda wildcards: results("plots", wildcards.suite, wildcards.profile),
+    localrule: True
+    shell:
+        "python -m kbench.results.breakdown_tables --profile {wildcards.profile} --frameworks={params.frameworks} "
+        "--out {params.out_dir} --plots {params.plots} {input} > {log} 2>&1"

@@ -20,7 +20,7 @@ import yaml
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, host, records, runtimes
+from kbench import breakdown, cell, host, records, runtimes
 from kbench.plan import matrix, sources
 from kbench.run import launch
 from kbench.stacks import envs
@@ -83,7 +83,8 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
         stacks = sorted({matrix.stack_of(CONFIG, f) for f in frameworks})
         prebuild.seed(built, results, prebuild.needs(runtime, stacks))
     # one OpenMP thread a cell: two torch processes each spinning two OpenMP threads on two cores ran 10-14x slower
-    overlay = {**(overlay or {}), "equivalence": {"enabled": equivalence, "models": EQUIVALENCE_MODELS},
+    overlay = {"breakdown": {"steps": 0, "cells": []}, **(overlay or {}),
+               "equivalence": {"enabled": equivalence, "models": EQUIVALENCE_MODELS},
                "suites": {"tiny": {"steps": {"timed": timed_steps}}},
                "jax_numpy": {"enabled": jax_numpy},
                "batch_study": BATCH_STUDY if batch_study else {"enabled": False},
@@ -102,9 +103,13 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
 # The compiled column's SAM cells are not run in CI: Inductor compiles for about 150 s a cell on CI's two cores
 # (a third of the podman run's cell time); the column's BERT cells and equivalence job run, and every other column
 # runs SAM. Graph breaks of its SAM predict, as measured: docs/cells.md.
+# The breakdown by kind in CI: the demo's cells (BERT, native eager and Keras 3 on JAX); every other run of CI runs
+# none (profiles/demo-cpu; the tiny suite gives every cell one, config breakdown).
+DEMO_BREAKDOWN = {"steps": 3, "cells": [{"framework": "native-torch-eager|keras3-jax", "model": "bert"}]}
 PODMAN_CONFIG = {"not_applicable": CONFIG["not_applicable"] + [
     {"framework": "native-torch-compiled", "model": "sam", "task": "*",
-     "reason": "not run in CI: Inductor compiles ~150 s a cell on CI's CPU; the column's BERT cells run"}]}
+     "reason": "not run in CI: Inductor compiles ~150 s a cell on CI's CPU; the column's BERT cells run"}],
+    "breakdown": DEMO_BREAKDOWN}
 
 
 # The batch study in CI: BERT predict at batch 1, 16 and its own 256, in one native and one Keras 3 column (4 cells
@@ -361,6 +366,31 @@ def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
     assert table["params_parity"].isna().all()
     speedup = pd.read_csv(tables / "speedup.csv")
     assert {f"vs {f} %" for f in frameworks} <= set(speedup.columns)
+
+
+def test_the_demo_cells_step_breaks_down_by_kind_side_by_side_and_closes(podman_run):
+    """CI's breakdown (DEMO_BREAKDOWN): BERT fit and predict in native eager and Keras 3 on JAX, each profiled after
+    its window by its own framework, broken down by kind, closing, its trace kept beside its record and in the
+    table and picture; every other cell has none. The first page tests the benchmark's explanations on them."""
+    runtime, models, frameworks, tables, results = podman_run
+    profiled = {r.cell_id: r for r in cells(results) if r.breakdown}
+    assert {(r.cell_spec.model, r.cell_spec.framework) for r in profiled.values()} == {
+        ("bert", "native-torch-eager"), ("bert", "keras3-jax")}
+    for cell_id, result in profiled.items():
+        found = result.breakdown
+        assert found["closes"] and found["closure_gap"] < breakdown.CLOSURE_TOLERANCE, (cell_id, found)
+        assert found["ms_per_step"]["matmul_conv"] > 0 and found["ops_per_step"] > 10, (cell_id, found)
+        assert found["trace"]["kept"] and 0.2 < found["profiler_overhead"] < 20, (cell_id, found)
+        trace = breakdown.kept_trace(results / "cells" / f"{cell_id}.r1.json")
+        assert breakdown.breakdown(breakdown.read_trace(trace), found["steps"], "cpu")["ms_per_step"] == \
+            pytest.approx(found["ms_per_step"])           # the kept trace gives the recorded breakdown back
+    table = pd.read_csv(tables / "time_by_kind.csv")
+    assert sorted(zip(table.task, table.framework)) == sorted(
+        (t, f) for t in ("fit", "predict") for f in ("keras3-jax", "native-torch-eager"))
+    assert (table["closes"] == "closes").all()
+    assert (results / "plots" / "tiny" / "strict" / "time_by_kind.png").stat().st_size > 10_000
+    page = (results / "report" / "tiny" / "first_page.md").read_text()
+    assert "The benchmark's explanations, tested on this run's breakdowns by kind" in page
 
 
 def test_cells_record_backend_environment_and_timing(tiny_run):

@@ -11,6 +11,7 @@ from conftest import CONFIG, REPO
 from dag import plan
 from kbench.plan import matrix
 from kbench.report import first_page
+from kbench.results import breakdown_tables
 
 KERAS3 = matrix.keras3_frameworks(CONFIG)
 FINDINGS = {f["kind"] + f.get("against", ""): f for f in CONFIG["published"]["findings"]}
@@ -166,6 +167,7 @@ def test_the_first_page_of_strict_and_tuned_reads_the_batch_verdicts_of_the_ladd
         summary.to_csv(tmp_path / profile / "cells_summary.csv", index=False)
         summary.pivot(index=["model", "task", "batch_size", "precision"], columns="framework",
                       values="estimate_ms").to_csv(tmp_path / profile / "ms_per_step.csv")
+        breakdown_tables.breakdown_long([]).to_csv(tmp_path / profile / breakdown_tables.LONG, index=False)
     pd.DataFrame([{"model": "bert", "task": "fit", "verdict": "strict's batch verdict"}]).to_csv(
         tmp_path / "strict" / "batch_verdicts.csv", index=False)
     pd.DataFrame([{"model": "bert", "task": "fit", "verdict": "the tuning verdict"}]).to_csv(

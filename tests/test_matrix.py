@@ -126,8 +126,9 @@ def test_every_gpu_cell_numbers_its_devices_in_pci_order_as_nvml_does(config, ac
 
 def test_spec_resolves_size_steps_and_task_options(config):
     spec = matrix.spec(config, "tiny", "gemma", "generate", 1, "bfloat16", "keras3-torch")
-    assert spec.size == "tiny" and dataclasses.asdict(spec.steps) == {"warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"],
-                                                        "blocks": 10}
+    assert spec.size == "tiny" and dataclasses.asdict(spec.steps) == {
+        "warmup": 3, "timed": config["suites"]["tiny"]["steps"]["timed"], "blocks": 10,
+        "breakdown": config["breakdown"]["steps"]}
     assert spec.arch == config["model_defs"]["gemma"]["sizes"]["tiny"]["arch"]
     assert spec.task_options == {"prompt_length": 5, "new_tokens": 45}
     assert spec.precision == "bfloat16"
@@ -252,3 +253,18 @@ def test_a_not_applicable_pattern_that_matches_nothing_is_one_line():
     config["not_applicable"][-1].update(framework="paddle-*", precision="mixed_float32")
     with pytest.raises(matrix.ConfigError, match=r"precision: 'mixed_float32' matches no precision"):
         matrix.check_references(config)
+
+
+@pytest.mark.parametrize("cells, expected", [
+    ([], {"bert/fit/keras3-jax": 3, "sam/predict/native-torch-eager": 3}),
+    ([{"framework": "native-torch-eager|keras3-jax", "model": "bert"}],
+     {"bert/fit/keras3-jax": 3, "sam/predict/native-torch-eager": 0}),
+    ([{"model": "sam", "task": "predict"}], {"bert/fit/keras3-jax": 0, "sam/predict/native-torch-eager": 3}),
+])
+def test_the_breakdown_goes_to_every_cell_or_to_those_its_patterns_name(config, cells, expected):
+    config["breakdown"] = {"steps": 3, "cells": cells}
+    found = {f"{m}/{t}/{f}": matrix.spec(config, "tiny", m, t, 2, "float32", f).steps.breakdown
+             for m, t, f in (("bert", "fit", "keras3-jax"), ("sam", "predict", "native-torch-eager"))}
+    assert found == expected
+    config["breakdown"] = {"steps": 0, "cells": []}
+    assert matrix.spec(config, "tiny", "bert", "fit", 2, "float32", "keras3-jax").steps.breakdown == 0

@@ -445,3 +445,26 @@ def test_a_cell_on_a_mig_instance_is_named_mig_and_gets_no_mfu(config):
     long = tables.long_table(cells).set_index("framework")
     assert long.loc["keras3-torch", "gpu_name"] == "NVIDIA H100 80GB HBM3 (MIG)" and long.loc["keras3-torch", "mig"]
     assert long.loc["keras3-jax", "gpu_name"] == "NVIDIA H100 80GB HBM3"
+
+
+GELU = "departure bert-gelu (BERT's feed-forward GELU, native column, kept by the anchor profile)"
+TF32 = "departure tf32 (TF32 in float32 matmuls and convolutions, kept by the anchor profile)"
+
+
+@pytest.mark.parametrize("profile, accelerator, expected", [
+    ("anchor", "cpu", f"differs by a departure (rel 1.2e-04 > 7.4e-06): {GELU}"),
+    ("anchor", "gpu", f"differs by a departure (rel 1.2e-04 > 7.4e-06): {TF32}; {GELU}"),
+    ("strict", "gpu", "differs: rel 1.2e-04 > 7.4e-06"),
+])
+def test_a_column_that_differs_by_a_departure_its_profile_keeps_names_it(config, profile, accelerator, expected):
+    """Native BERT in the anchor profile runs the exact GELU (departure bert-gelu, kept by anchor only): its
+    difference names the departure, and on a GPU TF32 too (on a CPU there is none); the same difference in strict,
+    which keeps neither, names none. Departures that change how, not what (warm-up, XLA), are never named."""
+    job = cell.new_result({"cell_id": f"tiny/{profile}/equivalence/bert/native-torch-eager", "model": "bert",
+                           "framework": "native-torch-eager", "profile": profile, "accelerator": accelerator},
+                          {}, "ok")
+    job.equivalence = {"reference": False, "results": [{"task": "predict", "precision": "float32", "tolerance": 7.4e-6,
+                                                        "variants": {"as built": {"rel": 1.2e-4}}}]}
+    long = equivalence_tables.equivalence_long([job], config["equivalence"]["differences"], config["departures"])
+    assert list(long.verdict) == [expected]
+    assert equivalence_tables.equivalence_flags(long)[("bert", "predict")] == f"native-torch-eager: {expected}"

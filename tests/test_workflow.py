@@ -27,10 +27,10 @@ def expected_jobs(suite, accelerator, runtime) -> tuple[dict[str, int], set[str]
     environment_jobs = {"base_image": 1, "stack_image": len(stacks)} if runtime == "podman" else {
         "environment": len(stacks)}
     profiles = len(CONFIG["profiles"])
-    return {**environment_jobs, "cell": len(cells), "tables": profiles, "plots": profiles, "departures": 1,
-            "run_facts": 1, "history": 1, "changes": profiles, "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1,
-            "all": 1, **({"batch_study": profiles} if matrix.batch_cells(config, suite) else {}),
-            "total": len(cells) + (4 if matrix.batch_cells(config, suite) else 3) * profiles + 7
+    return {**environment_jobs, "cell": len(cells), "tables": profiles, "time_by_kind": profiles, "plots": profiles,
+            "departures": 1, "run_facts": 1, "history": 1, "changes": profiles, "first_page": 1, "jax_numpy": 1,
+            "jax_numpy_table": 1, "all": 1, **({"batch_study": profiles} if matrix.batch_cells(config, suite) else {}),
+            "total": len(cells) + (5 if matrix.batch_cells(config, suite) else 4) * profiles + 7
             + sum(environment_jobs.values())}, stacks
 
 
@@ -132,9 +132,9 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     cells = runnable_cells(stack="keras3-jax")
     # one profile configured: one tables job; the new cells join the history, its changes and the first page; the
     # JAX-against-NumPy job runs in the keras3-jax image too, and keras3-jax is a column of the batch study
-    assert bumped.counts() == {"stack_image": 1, "cell": len(cells), "tables": 1, "plots": 1, "run_facts": 1,
-                                "history": 1, "changes": 1, "first_page": 1, "jax_numpy": 1, "jax_numpy_table": 1,
-                                "batch_study": 1, "all": 1, "total": len(cells) + 11}
+    assert bumped.counts() == {"stack_image": 1, "cell": len(cells), "tables": 1, "time_by_kind": 1, "plots": 1,
+                                "run_facts": 1, "history": 1, "changes": 1, "first_page": 1, "jax_numpy": 1,
+                                "jax_numpy_table": 1, "batch_study": 1, "all": 1, "total": len(cells) + 12}
     assert "results/images/keras3-jax.cpu.json" in bumped.outputs()
     assert sorted(planned_cells(bumped)) == cells
 

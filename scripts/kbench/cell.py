@@ -65,6 +65,7 @@ class CellResult:
     energy: dict | None = None      # the GPU during the timed window (kbench.gpu.nvml.WindowMonitor): energy, clocks, slowdowns
     equivalence: dict | None = None     # an equivalence job's findings (kbench.equivalence.check), not a cell's
     jax_numpy: dict | None = None       # the JAX-against-NumPy job's findings (kbench.studies.jax_numpy), not a cell's
+    breakdown: dict | None = None       # the steps profiled after the window, by kind of work (kbench.breakdown)
     repeat: int = 1                 # which fresh process of the cell this is (1 .. config repeats)
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION

@@ -19,10 +19,12 @@ class Dtypes:
 
 @dataclass(frozen=True)
 class Steps:
-    """How many steps the timing runs: warm-up steps (the first excluded), timed steps, synced blocks."""
+    """How many steps the timing runs: warm-up steps (the first excluded), timed steps, synced blocks; and after the
+    window, the steps profiled for the breakdown by kind of work (kbench.breakdown; 0: none)."""
     warmup: int
     timed: int
     blocks: int
+    breakdown: int = 0
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,10 @@ class Backend:
     # conv(x, w): a float32 convolution on the cell's device (NHWC input, HWIO kernel, stride 1, no padding), back
     # as NumPy (kbench.numerics probe); None where the backend has no such probe
     conv: Callable[[Any, Any], Any] | None = None
+    # trace(warm, run, folder): warm() then run() under the framework's own profiler, host and device, run() inside
+    # an annotation named kbench.breakdown.MARKER; the Chrome trace JSON it wrote under folder (kbench.breakdown
+    # reads it). None where the framework has no profiler here.
+    trace: Callable[[Callable[[], None], Callable[[], None], Any], Any] | None = None
 
 
 def dtype_name(dtype) -> str:

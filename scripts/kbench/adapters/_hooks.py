@@ -9,6 +9,7 @@ import importlib.metadata
 import numpy as np
 
 from kbench import numerics, timing
+from kbench.breakdown import MARKER
 from kbench.adapters import NoAccelerator
 
 
@@ -84,7 +85,7 @@ def jax_hooks() -> dict:
                 "count": jax.device_count(), "platform_version": getattr(backend, "platform_version", None)}
     return {"sync": jax.block_until_ready,   # non-array leaves (python floats from train_on_batch) pass through
             "sync_name": "jax.block_until_ready",
-            "device": device, "set_tf32": set_tf32, "matmul": matmul, "conv": conv,
+            "device": device, "set_tf32": set_tf32, "matmul": matmul, "conv": conv, "trace": jax_trace,
             "peak_device_memory_bytes": peak,
             "reset_peak_device_memory": lambda: False,       # JAX keeps one peak per process: no reset
             "memory_view": "jax peak_bytes_in_use: the whole process's peak, model build included (no reset)",
@@ -123,7 +124,7 @@ def tf_hooks() -> dict:
         return {"kind": "gpu" if gpus else "cpu", "name": name, "count": len(gpus),
                 "platform_version": tf.sysconfig.get_build_info().get("cuda_version")}
     return {"sync": sync, "sync_name": sync_name, "device": device, "set_tf32": set_tf32, "matmul": matmul,
-            "conv": conv,
+            "conv": conv, "trace": tf_trace,
             "peak_device_memory_bytes": lambda: tf.config.experimental.get_memory_info("GPU:0")["peak"]
             if gpus else None,
             "reset_peak_device_memory": reset_peak,
@@ -174,7 +175,8 @@ def torch_hooks() -> dict:
             "memory_view": "torch max_memory_allocated: tensors' peak since the reset after build (the caching "
                            "allocator's reserve and the CUDA context are not in it)",
             "compile_counters": lambda: dynamo_counters(torch),
-            "activities": torch_activities if cuda else None}
+            "activities": torch_activities if cuda else None,
+            "trace": lambda warm, run, folder: torch_trace(warm, run, folder, cuda)}
 
 
 def torch_activities(warm, run, activity: str = "CUDA") -> timing.Profiled:
@@ -200,6 +202,76 @@ def torch_activities(warm, run, activity: str = "CUDA") -> timing.Profiled:
     why = ("Kineto stopped collecting device activities while the steps ran (torch.autograd._is_kineto_stopped(): "
            "its CUPTI buffer limit)")
     return timing.Profiled(intervals, why if stopped else None)
+
+
+def torch_trace(warm, run, folder, cuda: bool):
+    """torch.profiler over the host's ops and (on a GPU) the device's kernels and copies; warm() as the schedule's
+    warm-up step, whose events torch discards."""
+    from pathlib import Path
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1)) as prof:
+        warm()
+        prof.step()
+        with record_function(MARKER):
+            run()
+        prof.step()
+    path = Path(folder) / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def jax_trace(warm, run, folder):
+    """jax.profiler's trace (XLA's ops on the host's threads or the device's streams), as the Perfetto JSON JAX writes
+    beside its XSpace."""
+    from pathlib import Path
+    import jax
+    logdir = Path(folder) / "jax-profile"
+    with jax.profiler.trace(str(logdir), create_perfetto_trace=True):
+        warm()
+        with jax.profiler.TraceAnnotation(MARKER):
+            run()
+    return next(logdir.rglob("perfetto_trace.json.gz"))
+
+
+def tf_trace(warm, run, folder):
+    """TensorFlow's profiler (its XSpace), converted to a Chrome trace by XProf's own converter, which TensorFlow
+    ships (_pywrap_profiler_plugin.xspace_to_tools_data, tool trace_viewer@: the JSON one)."""
+    from pathlib import Path
+    import tensorflow as tf
+    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin
+    logdir = Path(folder) / "tf-profile"
+    tf.profiler.experimental.start(str(logdir))
+    try:
+        warm()
+        with tf.profiler.experimental.Trace(MARKER):
+            run()
+    finally:
+        tf.profiler.experimental.stop()
+    xspace = next(logdir.rglob("*.xplane.pb"))
+    data, _ = _pywrap_profiler_plugin.xspace_to_tools_data([str(xspace)], "trace_viewer@", {})
+    path = Path(folder) / "trace.json"
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+def paddle_trace(warm, run, folder, gpu: bool):
+    """paddle.profiler over the host's ops and (on a GPU) the device's kernels, exported as its Chrome trace; warm()
+    as the step before its scheduler's recorded one."""
+    from pathlib import Path
+    from paddle import profiler
+    out = Path(folder) / "paddle-profile"
+    targets = [profiler.ProfilerTarget.CPU, *([profiler.ProfilerTarget.GPU] if gpu else [])]
+    prof = profiler.Profiler(targets=targets, scheduler=(1, 2), on_trace_ready=profiler.export_chrome_tracing(str(out)),
+                             timer_only=False)
+    prof.start()
+    warm()
+    prof.step()
+    with profiler.RecordEvent(MARKER):
+        run()
+    prof.step()
+    prof.stop()
+    return next(out.glob("*.json"))
 
 
 def dynamo_counters(torch) -> dict:
@@ -257,7 +329,8 @@ def paddle_hooks() -> dict:
             "reset_peak_device_memory": reset_peak,
             "memory_view": "paddle max_memory_allocated: tensors' peak since the reset after build (the allocator's "
                            "reserve and the CUDA context are not in it)",
-            "compile_counters": compile_counters}
+            "compile_counters": compile_counters,
+            "trace": lambda warm, run, folder: paddle_trace(warm, run, folder, gpu)}
 
 
 _PADDLE_BREAKS: dict | None = None

@@ -25,6 +25,7 @@ spec.arch: {"matrix_size": N}; spec.task_options:
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import queue
 import signal
@@ -62,6 +63,43 @@ class AsyncDevice:
 DEVICE = AsyncDevice()
 
 
+class Recorder:
+    """The synthetic stack's profiler: while on, each op of a step is one complete event (name, start, end in
+    microseconds, thread), written out as a Chrome trace like a framework's (kbench.breakdown reads it)."""
+
+    def __init__(self):
+        self.events: list[dict] | None = None
+
+    def op(self, name: str, run):
+        if self.events is None:
+            return run()
+        start = time.perf_counter()
+        out = run()
+        self.add(name, start, time.perf_counter(), "cpu_op")
+        return out
+
+    def add(self, name: str, start: float, end: float, category: str) -> None:
+        self.events.append({"ph": "X", "name": name, "cat": category, "pid": os.getpid(),
+                            "tid": threading.get_ident(), "ts": start * 1e6, "dur": (end - start) * 1e6})
+
+    def trace(self, warm, run, folder):
+        from kbench.breakdown import MARKER
+        warm()
+        self.events = []
+        try:
+            start = time.perf_counter()
+            run()
+            self.add(MARKER, start, time.perf_counter(), "user_annotation")
+            path = Path(folder) / "trace.json"
+            path.write_text(json.dumps({"traceEvents": self.events}))
+            return path
+        finally:
+            self.events = None
+
+
+RECORDER = Recorder()
+
+
 def device() -> dict:
     """The CPU; with KBENCH_SYNTHETIC_GPU=1, a stand-in GPU named after the one device the launcher handed the cell
     (CUDA_VISIBLE_DEVICES), whose UUID is that name: the harness's GPU paths (the device identity check's too) run
@@ -90,7 +128,8 @@ def backend() -> Backend:
                    device=device, conv=conv,
                    set_tf32=lambda mode, compute_dtype="float32", task=None: {}, matmul=matmul,
                    peak_device_memory_bytes=lambda: None,
-                   reset_peak_device_memory=lambda: False, package_versions=lambda: {"numpy": np.__version__})
+                   reset_peak_device_memory=lambda: False, package_versions=lambda: {"numpy": np.__version__},
+                   trace=RECORDER.trace)
 
 
 def prepare(spec: dict) -> dict:
@@ -142,10 +181,11 @@ def _matmul(spec: dict, inputs) -> Workload:
             raise RuntimeError("injected failure in a step")
         if device_seconds:
             DEVICE.submit(device_seconds)
-        return a @ b
+        return RECORDER.op("synthetic::matmul", lambda: a @ b)
 
     def fit_step():     # a "loss" in float16, as a half-precision forward pass computes it
-        return np.float16(np.square(predict_step()).mean() * scale)
+        product = predict_step()
+        return RECORDER.op("synthetic::mean", lambda: np.float16(np.square(product).mean() * scale))
 
     buffer, steps = np.zeros((), np.float32), iter(range(1 << 30))
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from kbench import cell, host, records, timing
+from kbench import breakdown, cell, host, records, timing
 from kbench.host import REPO
 from kbench.plan import departures, matrix
-from kbench.results import batch, facts, tables, tuning
+from kbench.results import batch, breakdown_tables, facts, tables, tuning
 from kbench.files import BadFile, kind, parse_json, read_bytes, read_text, refuse, text, unreadable
 
 MANIFEST = "MANIFEST.sha256"
@@ -52,6 +52,9 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cel
         log = results / "logs" / name.with_suffix(".log")
         if log.is_file():
             files[str(log.relative_to(results))] = log
+        trace = breakdown.kept_trace(cell_path)        # its breakdown's trace, where the cell kept one
+        if trace.is_file():
+            files[str(name.with_name(trace.name))] = trace
     profiles = config["profiles"]
     folders = [f"tables/{suite}/{p}" for p in profiles] + [f"plots/{suite}/{p}" for p in profiles]
     for folder in folders:
@@ -372,7 +375,8 @@ def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult
         tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile, profile,
                      config["precision_study"]["baseline"], config["precision_study"]["claims"],
                      departures.unreproduced(config, profile), sorted(equivalence(profile), key=in_job_order),
-                     config["equivalence"]["differences"])
+                     config["equivalence"]["differences"], config["departures"])
+        breakdown_tables.build(in_run_order, config["frameworks"], profile, out / profile)
     for profile in config["profiles"]:          # the batch study's tables, where the suite ran its ladder
         rungs = [r for c in matrix.batch_cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
         if rungs:

@@ -106,6 +106,8 @@ def check_references(config: dict, repo: Path = REPO) -> None:
         _check_patterns(rule, config, f"equivalence.differences[{i}]")
     for i, rule in enumerate(config["not_compilable"]):
         _check_patterns(rule, config, f"not_compilable[{i}]")
+    for i, rule in enumerate(config["breakdown"]["cells"]):
+        _check_patterns(rule, config, f"breakdown.cells[{i}]")
     check_batch_study(config)
     check_tuning(config)
     for departure in config["departures"]:
@@ -400,6 +402,14 @@ def settings(config: dict, profile: str, model: str, task: str, framework: str) 
     return resolved
 
 
+def breakdown_steps(config: dict, model: str, task: str, framework: str) -> int:
+    """The steps profiled after a cell's window for its breakdown by kind (config breakdown): its steps where the
+    cell matches one of its cells' patterns (none: every cell), else 0."""
+    chosen = config["breakdown"]
+    picked = not chosen["cells"] or any(applies(rule, framework, model, task) for rule in chosen["cells"])
+    return chosen["steps"] if picked else 0
+
+
 def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, precision_name: str,
          framework: str, profile: str = "strict") -> CellSpec:
     """The resolved cell config: everything the cell process needs, and nothing about where it runs."""
@@ -431,7 +441,7 @@ def spec(config: dict, suite_name: str, model: str, task: str, batch_size: int, 
         "inputs": size_def["inputs"],
         "task_options": task_options,
         "steps": {"warmup": cell_settings["warmup"], "timed": suite["steps"]["timed"],
-                  "blocks": cell_settings["sync_blocks"]},
+                  "blocks": cell_settings["sync_blocks"], "breakdown": breakdown_steps(config, model, task, framework)},
         "seed": config["seed"],
     })
 

@@ -22,9 +22,10 @@ import pandas as pd
 from kbench.gpu import peaks
 from kbench.lifecycle import history
 from kbench.plan import matrix
+from kbench.report import explanations
+from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED
 from kbench.results import flops, stats, tables
 
-HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured here"
 
 
 # ---------------------------------------------------------------- this run
@@ -267,6 +268,12 @@ def build(config: dict, suite: str, tables_dir: Path, store: Path) -> tuple[str,
         section(f"The published findings, re-tested on this run (profile {profile})",
                 finding_verdicts(config["published"]["findings"], summary, keras3,
                                  config["precision_study"]["claims"], config["precision_study"]["baseline"], on_gpu))
+        section(f"The benchmark's explanations, tested on this run's breakdowns by kind (profile {profile})",
+                explanations.verdicts(config["published"]["explanations"],
+                                      pd.read_csv(tables_dir / profile / "time_by_kind_long.csv"), summary, keras3,
+                                      matrix.native_torch_frameworks(config), on_gpu),
+                "Each cell's step after its timed window, profiled by its own framework (time_by_kind; "
+                "docs/breakdown.md). " + device_note)
         if profile in matrix.ladder_profiles(config) and matrix.batch_cells(config, suite):
             section(f"The batch study: a step's fixed cost against its cost per example (profile {profile})",
                     pd.read_csv(tables_dir / profile / "batch_verdicts.csv"),

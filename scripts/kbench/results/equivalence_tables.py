@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kbench import cell
+from kbench.plan import matrix
 from kbench.plan.matrix import matches
 
 # The column of ms_per_step and speedup that carries the check's flag, and the table's name.
@@ -29,10 +30,12 @@ EQUIVALENCE_NOTE = ("\nEvery column loads the reference column's unit-scale weig
                     "and speedup flag every row whose outputs are not shown equivalent.\n")
 
 
-def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = ()) -> pd.DataFrame:
+def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = (),
+                     departures: list[dict] = ()) -> pd.DataFrame:
     """One row per model / task / precision / column / variant of the equivalence jobs (kbench.equivalence.check): the
     worst relative error of its outputs against what it was compared with, the tolerance, the losses' errors, the
-    first divergent generated token, weights the mapping did not load, and the verdict."""
+    first divergent generated token, weights the mapping did not load, the departures its profile keeps that apply
+    to it (config departures: a column that differs because of one names it), and the verdict."""
     rows = []
     for job in jobs:
         spec, report = job.spec, job.equivalence or {}
@@ -64,10 +67,20 @@ def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = ()) 
                     not_loaded=_names(loaded.get("missing", [])), not_in_column=_names(loaded.get("unexpected", [])),
                     skipped=_names(loaded.get("skipped", [])),       # left out by the mapping, on purpose
                     steps=len(found.get("losses") or []),
-                    design_difference="; ".join(difference))
+                    design_difference="; ".join(difference),
+                    departure="; ".join(kept_departures(departures, spec, entry["task"])))
                 row["verdict"] = equivalence_verdict(row, report.get("reference"))
                 rows.append(row)
     return pd.DataFrame(rows)
+
+
+def kept_departures(departures: list[dict], spec: dict, task: str) -> list[str]:
+    """The departures that change what a column computes (config departures, changes_outputs; TF32 on a GPU only),
+    kept by the job's profile and applying to its column: why it may differ from the reference."""
+    where = ("everywhere",) + (("on a GPU",) if spec.get("accelerator", "cpu") != "cpu" else ())
+    return [f"departure {d['id']} ({d['what']}, kept by the {spec.get('profile')} profile)" for d in departures
+            if d.get("changes_outputs") in where and spec.get("profile") in d.get("kept_by", [])
+            and any(matrix.applies(rule, spec["framework"], spec["model"], task) for rule in d.get("applies", []))]
 
 
 def _names(names: list[str]) -> str:
@@ -96,6 +109,8 @@ def equivalence_verdict(row: dict, is_reference: bool) -> str:
     what = f"rel {row['rel']:.1e} > {row['tolerance']:.1e}" + _tokens(token)
     if row["design_difference"] and row["variant"] != "aligned":
         return f"differs by design ({what}): {row['design_difference']}"
+    if row.get("departure"):
+        return f"differs by a departure ({what}): {row['departure']}"
     return f"differs: {what}" + _drift(row)
 
 

@@ -29,7 +29,7 @@ def row_label(model, task, batch, precision) -> str:
     return f"{model} {task}\nbs {batch}, {precision}"
 
 
-def _panels(n: int):
+def panels(n: int):
     cols = min(n, 3)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
@@ -44,7 +44,7 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
     interval: error bars from the cell's 95% interval (ci_low_ms .. ci_high_ms)."""
     rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
     parity, networks = tables.parity_flags(summary), tables.network_flags(summary)
-    fig, axes = _panels(max(len(rows), 1))
+    fig, axes = panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
         by_framework = group.set_index("framework")
         present = [f for f in frameworks if f in by_framework.index]

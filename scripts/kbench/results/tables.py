@@ -541,13 +541,14 @@ def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_sectio
 
 def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
           profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = (),
-          equivalence: list[cell.CellResult] = (), differences: list[dict] = ()) -> None:
+          equivalence: list[cell.CellResult] = (), differences: list[dict] = (),
+          departures: list[dict] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     long = long_table(results)
     write_long(long, out_dir / "cells_long.csv")
     summary = summary_table(long)
     summary.to_csv(out_dir / "cells_summary.csv", index=False)
-    checked = equivalence_tables.equivalence_long(list(equivalence), list(differences))
+    checked = equivalence_tables.equivalence_long(list(equivalence), list(differences), list(departures))
     flags = equivalence_tables.equivalence_flags(checked)
     write(ms_per_step_table(summary, frameworks, unreproduced, equivalence=flags), out_dir, "ms_per_step", profile,
           readable=ms_per_step_table(summary, frameworks, unreproduced, readable=True, equivalence=flags),
@@ -596,12 +597,15 @@ def main(argv=None) -> int:
     parser.add_argument("--equivalence", nargs="*", default=[], help="the equivalence jobs' JSONs of the profile")
     parser.add_argument("--differences", default="[]", type=json.loads,
                         help="JSON list of config equivalence.differences")
+    parser.add_argument("--departures", default="[]", type=json.loads,
+                        help="JSON list of config departures (an equivalence row that differs names the one its "
+                             "profile keeps)")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("results", nargs="+")
     args = parser.parse_args(argv)
     build([cell.read(p) for p in args.results], comma_list(args.frameworks), comma_list(args.keras3), args.out,
           args.profile, args.baseline, args.claims, args.unreproduced, [cell.read(p) for p in args.equivalence],
-          args.differences)
+          args.differences, args.departures)
     return 0
 
 

@@ -405,8 +405,8 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
             finally:
                 watchdog.leave_if_abandoned()
         oom = stop.oom_killed()
-        for made in sorted(staging.glob("result.*")):      # the record, and any arrays written beside it
-            os.replace(made, out.with_suffix(made.suffix))
+        for made in sorted(staging.glob("result.*")):      # the record, and what was written beside it (arrays,
+            os.replace(made, out.with_name(out.stem + made.name.removeprefix("result")))    # a trace)
         if oom:
             return cell.error_info(OOM_KILLED, "the kernel killed the cell for memory (container OOMKilled)")
         return None if returncode == 0 else exit_failure(returncode, options.memory_mb if container else None)

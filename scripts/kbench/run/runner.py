@@ -16,11 +16,12 @@ import socket
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 
 from kbench.spec import CellSpec
-from kbench import cell, numerics, timing
+from kbench import breakdown, cell, numerics, timing
 from kbench.gpu import nvml, preflight
 from kbench.stacks import lockcheck
 
@@ -173,8 +174,9 @@ class CountedSync:
         self.sync(output)
 
 
-def run(spec, context: dict) -> cell.CellResult:
-    """One cell: spec is a CellSpec (or its JSON form, the payload's)."""
+def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
+    """One cell: spec is a CellSpec (or its JSON form, the payload's); out: where its record goes (its breakdown's
+    trace is kept beside it)."""
     spec = CellSpec.of(spec)
     # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
     # framework is first imported.
@@ -228,6 +230,7 @@ def run(spec, context: dict) -> cell.CellResult:
         check_losses(losses)
         check_dtypes(spec, workload.dtypes())
         busy = device_busy(spec, backend, workload, sync, steps.window_ms / len(steps.step_ms))
+        split = step_breakdown(spec, backend, workload, sync, steps.window_ms / len(steps.step_ms), out)
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
@@ -236,6 +239,7 @@ def run(spec, context: dict) -> cell.CellResult:
     else:
         result = cell.new_result(spec, provenance, "ok")
         result.timing = {**timed_result(steps, workload), "device_busy": busy}
+        result.breakdown = split
         # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
         # the warm-up steps it ran, and what the adapter observed of its objects
         result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms),
@@ -386,6 +390,17 @@ def device_busy(spec: CellSpec, backend, workload, sync, window_ms_per_step: flo
         return {"share": None, "reason": f"the device profiler failed: {type(exc).__name__}: {str(exc)[:300]}"}
 
 
+def step_breakdown(spec: CellSpec, backend, workload, sync, window_ms_per_step: float, out: Path | None) -> dict | None:
+    """The profiled steps after the window broken down by kind of work (kbench.breakdown.measure), where the cell's
+    spec asks for them (steps.breakdown); None where it does not."""
+    if not spec.steps.breakdown:
+        return None
+    if backend.trace is None:
+        return {"steps": spec.steps.breakdown, "closes": False, "why": f"{backend.name}: no profiler hook here"}
+    return breakdown.measure(workload.step, sync, spec.steps.breakdown, backend.trace, backend.device()["kind"],
+                             window_ms_per_step, out.parent if out else None)
+
+
 def timed_result(steps: timing.StepTimes, workload) -> dict:
     stats = steps.summary()
     per_second = 1e3 / stats["mean_ms"]
@@ -432,19 +447,20 @@ def job_run(job: dict, context: dict, body) -> cell.CellResult:
     return result
 
 
-def job_main(job, doc: str, argv=None) -> int:
+def job_main(job, doc: str, argv=None, with_out: bool = False) -> int:
     """A job process's entry (python -m <module> --out R < payload, as kbench.run.launch starts it): job(spec, context)
-    -> its CellResult, written to R."""
+    -> its CellResult, written to R (with_out: job(spec, context, R), for a job that writes files beside R)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--out", required=True, help="result JSON path")
     args = parser.parse_args(argv)
     payload = json.load(sys.stdin)
-    job(payload["spec"], payload["context"]).write(args.out)
+    out = Path(args.out)
+    (job(payload["spec"], payload["context"], out) if with_out else job(payload["spec"], payload["context"])).write(out)
     return 0
 
 
 def main(argv=None) -> int:
-    return job_main(run, __doc__, argv)
+    return job_main(run, __doc__, argv, with_out=True)
 
 
 if __name__ == "__main__":
