@@ -153,3 +153,35 @@ def test_a_trace_is_read_gzipped_or_plain_and_as_a_bare_list(tmp_path):
     packed = tmp_path / "t.json.gz"
     packed.write_bytes(gzip.compress(json.dumps({"traceEvents": CONSTRUCTED}).encode()))
     assert breakdown.read_trace(plain) == breakdown.read_trace(packed)
+
+
+# ---------------------------------------------------------------- in the cell: measure, keep
+
+def test_measure_profiles_after_the_window_keeps_the_trace_and_never_fails_the_cell(tmp_path, monkeypatch):
+    """The synthetic stack's recorder as the profiler: the breakdown closes and its trace is kept beside the record;
+    a profiler that raises gives a breakdown that says why; a trace over the cap is not kept, its size said."""
+    import numpy as np
+    from kbench.adapters import synthetic
+    a = np.ones((64, 64), np.float32)
+
+    def step():
+        return synthetic.RECORDER.op("synthetic::matmul", lambda: a @ a)
+    found = breakdown.measure(step, lambda out: None, 3, synthetic.RECORDER.trace, "cpu", 1.0, tmp_path)
+    assert found["closes"] and found["steps"] == 3 and found["ms_per_step"]["matmul_conv"] > 0, found
+    assert found["trace"]["kept"] and (tmp_path / breakdown.TRACE_NAME).is_file()
+    assert found["profiler_overhead"] == pytest.approx(found["profiled_ms_per_step"] / 1.0)
+    assert not [p for p in tmp_path.iterdir() if p.name != breakdown.TRACE_NAME]      # its scratch folder is gone
+
+    def broken(warm, run, folder):
+        raise RuntimeError("the profiler could not start")
+    assert breakdown.measure(step, lambda out: None, 3, broken, "cpu", 1.0, tmp_path) == {
+        "steps": 3, "closes": False, "why": "no breakdown: RuntimeError: the profiler could not start"}
+    monkeypatch.setattr(breakdown, "TRACE_CAP_BYTES", 10)
+    (tmp_path / "x").mkdir()
+    capped = breakdown.measure(step, lambda out: None, 3, synthetic.RECORDER.trace, "cpu", 1.0, tmp_path / "x")
+    assert capped["trace"]["kept"] is False and "over the 0 MiB cap" in capped["trace"]["why"], capped
+
+
+def test_a_records_trace_lies_beside_it():
+    assert breakdown.kept_trace(Path("cells/tiny/strict/bert/fit/bs8/float32/keras3-jax.r2.json")) == Path(
+        "cells/tiny/strict/bert/fit/bs8/float32/keras3-jax.r2.trace.json.gz")

@@ -23,8 +23,13 @@ import gzip
 import heapq
 import json
 import re
+import shutil
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kbench import timing
 
 # The annotation around the profiled steps, in every framework's trace: the breakdown's window
 MARKER = "kbench.steps"
@@ -250,32 +255,17 @@ TRACE_CAP_BYTES = 8 * 2**20             # a trace kept with the run, compressed,
 
 
 def measure(step, sync, steps: int, trace, device: str, window_ms_per_step: float, keep_in: Path | None,
-            clock=None) -> dict:
+            clock=time.perf_counter) -> dict:
     """`steps` more steps of the cell under its framework's profiler (trace: kbench.adapters.Backend.trace; one
     synced step first, its events discarded or outside the window), broken down by kind; the profiled steps' own
     ms/step beside the window's (profiler_overhead), and the trace kept in keep_in (compressed, size-capped). Never
     fails the cell: a breakdown that cannot be made or does not close says why."""
-    import shutil
-    import tempfile
-    import time
-    clock = clock or time.perf_counter
-    wall = []
-
-    def warm() -> None:
-        sync(None)
-        sync(step())
-
-    def run() -> None:
-        sync(None)
-        start, out = clock(), None
-        for _ in range(steps):
-            out = step()
-        sync(out)
-        wall.append((clock() - start) * 1e3)
-    folder = Path(tempfile.mkdtemp(prefix="kbench-trace-", dir=keep_in))
+    calls = timing.ProfiledSteps(step, sync, steps, clock)
+    folder = None
     try:
-        path = trace(warm, run, folder)
-        profiled = wall[0] / steps
+        folder = Path(tempfile.mkdtemp(prefix="kbench-trace-", dir=keep_in))
+        path = trace(calls.warm, calls.run, folder)
+        profiled = calls.wall_ms[0] / steps
         record = {"steps": steps, "profiled_ms_per_step": profiled, "timed_ms_per_step": window_ms_per_step,
                   "profiler_overhead": profiled / window_ms_per_step if window_ms_per_step > 0 else None,
                   "trace": keep(path, keep_in)}
@@ -286,7 +276,8 @@ def measure(step, sync, steps: int, trace, device: str, window_ms_per_step: floa
     except Exception as error:      # the profiler, its export or the trace: the window's figures stand
         return {"steps": steps, "closes": False, "why": f"no breakdown: {type(error).__name__}: {str(error)[:300]}"}
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def kept_trace(record: Path) -> Path:

@@ -101,6 +101,29 @@ class Profiled:
     stopped: str | None = None
 
 
+class ProfiledSteps:
+    """The two calls a profiler wraps after the timed window: warm() (one synced step, whose activities the profiler
+    discards) and run() (`steps` steps synced at both ends, its wall time kept in wall_ms)."""
+
+    def __init__(self, step: Callable[[], Any], sync: Callable[[Any], None], steps: int,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.step, self.sync, self.steps, self.clock = step, sync, steps, clock
+        self.warmed, self.wall_ms = 0, []
+
+    def warm(self) -> None:
+        self.sync(None)
+        self.sync(self.step())
+        self.warmed += 1
+
+    def run(self) -> None:
+        self.sync(None)
+        start, out = self.clock(), None
+        for _ in range(self.steps):
+            out = self.step()
+        self.sync(out)
+        self.wall_ms.append((self.clock() - start) * 1e3)
+
+
 def device_busy(step: Callable[[], Any], sync: Callable[[Any], None], steps: int,
                 activities: Callable[[Callable[[], None], Callable[[], None]], Profiled], window_ms_per_step: float,
                 clock: Callable[[], float] = time.perf_counter) -> dict:
@@ -116,23 +139,12 @@ def device_busy(step: Callable[[], Any], sync: Callable[[Any], None], steps: int
     eager ones. The kernels' own durations are the device's either way. The share is capped at 1 (the
     profiler's clock is not the window's). None, with the reason, where the profiler stopped collecting early or
     recorded nothing: never 0.0, which would read as a measured idle device."""
-    wall, ran = [], []
-
-    def warm() -> None:
-        sync(None)
-        sync(step())
-        ran.append("warm")
-
-    def run() -> None:
-        sync(None)
-        start, out = clock(), None
-        for _ in range(steps):
-            out = step()
-        sync(out)
-        wall.append((clock() - start) * 1e3)
-    found = activities(warm, run)
-    if ran != ["warm"] or len(wall) != 1:
-        raise RuntimeError(f"the device profiler ran {len(ran)} warm-up and {len(wall)} measured runs, not 1 and 1")
+    calls = ProfiledSteps(step, sync, steps, clock)
+    found = activities(calls.warm, calls.run)
+    if calls.warmed != 1 or len(calls.wall_ms) != 1:
+        raise RuntimeError(f"the device profiler ran {calls.warmed} warm-up and {len(calls.wall_ms)} measured runs, "
+                           "not 1 and 1")
+    wall = calls.wall_ms
     busy = busy_ms(found.intervals)
     profiled = wall[0] / steps
     record = {"steps": steps, "warm_steps": 1, "busy_ms": busy, "busy_ms_per_step": busy / steps,

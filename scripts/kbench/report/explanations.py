@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED
+from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED, table
 from kbench.results import stats, tables
 
 MATH = ("matmul_conv",)
@@ -139,10 +139,5 @@ def verdicts(explanations: list[dict], long: pd.DataFrame, summary: pd.DataFrame
              native: list[str], on_gpu: bool) -> pd.DataFrame:
     """One line per explanation: its words, the verdict (on a CPU: not measured here, with what the CPU rows read),
     the figures it rests on."""
-    rows = []
-    for rule in explanations:
-        verdict, rests_on = RULES[rule["kind"]](rule, long, summary, keras3, native)
-        shown = verdict if on_gpu or verdict == NOT_MEASURED else (
-            f"{NOT_MEASURED} (no GPU in this run; its CPU breakdowns read: {verdict})")
-        rows.append({"the benchmark's explanation": rule["quote"], "verdict": shown, "rests on": rests_on})
-    return pd.DataFrame(rows, columns=["the benchmark's explanation", "verdict", "rests on"])
+    return table(explanations, lambda rule: RULES[rule["kind"]](rule, long, summary, keras3, native),
+                 "the benchmark's explanation", on_gpu, "breakdowns")

@@ -22,7 +22,7 @@ import pandas as pd
 from kbench.gpu import peaks
 from kbench.lifecycle import history
 from kbench.plan import matrix
-from kbench.report import explanations
+from kbench.report import explanations, verdicts
 from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED
 from kbench.results import flops, stats, tables
 
@@ -84,13 +84,8 @@ def finding_verdicts(findings: list[dict], summary: pd.DataFrame, keras3: list[s
     """Each published finding as a verdict on this run: holds / does not hold / not measured here, with the rows it
     rests on. A run without a GPU reads "not measured here" (the findings are about an A100) and says what its own
     rows would give, which checks the rule, not the frameworks."""
-    rows = []
-    for finding in findings:
-        verdict, rests_on = RULES[finding["kind"]](finding, summary, keras3, claims, baseline)
-        shown = verdict if on_gpu or verdict == NOT_MEASURED else (
-            f"{NOT_MEASURED} (no GPU in this run; its CPU rows read: {verdict})")
-        rows.append({"published finding": finding["quote"], "verdict": shown, "rests on": rests_on})
-    return pd.DataFrame(rows, columns=["published finding", "verdict", "rests on"])
+    return verdicts.table(findings, lambda f: RULES[f["kind"]](f, summary, keras3, claims, baseline),
+                          "published finding", on_gpu, "rows")
 
 
 def _no_single_fastest(finding, summary, keras3, claims, baseline):
