@@ -185,3 +185,11 @@ def test_measure_profiles_after_the_window_keeps_the_trace_and_never_fails_the_c
 def test_a_records_trace_lies_beside_it():
     assert breakdown.kept_trace(Path("cells/tiny/strict/bert/fit/bs8/float32/keras3-jax.r2.json")) == Path(
         "cells/tiny/strict/bert/fit/bs8/float32/keras3-jax.r2.trace.json.gz")
+
+
+def test_a_run_without_breakdowns_writes_empty_tables_and_an_empty_picture(tmp_path):
+    """A run whose cells have no breakdown (config breakdown.steps 0, or cells that failed): every output is there."""
+    from kbench.results import breakdown_tables
+    breakdown_tables.build([], ["keras3-jax"], "strict", tmp_path / "tables", tmp_path / "plots")
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == sorted(breakdown_tables.OUTPUTS)
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(breakdown_tables.PLOTS)
