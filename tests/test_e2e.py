@@ -379,7 +379,10 @@ def test_the_demo_cells_step_breaks_down_by_kind_side_by_side_and_closes(podman_
     for cell_id, result in profiled.items():
         found = result.breakdown
         assert found["closes"] and found["closure_gap"] < breakdown.CLOSURE_TOLERANCE, (cell_id, found)
-        assert found["ms_per_step"]["matmul_conv"] > 0 and found["ops_per_step"] > 10, (cell_id, found)
+        kinds = {k: v for k, v in found["ms_per_step"].items() if k != "waiting"}
+        assert max(kinds, key=kinds.get) != "other" and found["ops_per_step"] > 10, (cell_id, found)
+        if "native-torch" in cell_id:       # XLA on a CPU fuses its dots into fusions: JAX's rows read fused
+            assert found["ms_per_step"]["matmul_conv"] > 0, (cell_id, found)
         assert found["trace"]["kept"] and 0.2 < found["profiler_overhead"] < 20, (cell_id, found)
         trace = breakdown.kept_trace(results / "cells" / f"{cell_id}.r1.json")
         assert breakdown.breakdown(breakdown.read_trace(trace), found["steps"], "cpu")["ms_per_step"] == \

@@ -120,12 +120,16 @@ def test_a_cell_without_a_lock_to_check_is_failed(tmp_path, driver_environment):
     assert result.provenance.get("lock_check") is None and result.timing is None
 
 
-def test_the_timer_calls_the_backends_sync_to_close_every_block(tmp_path, driver_environment):
-    """Counted in the record: once before the warm-up, once per warm-up step, once per synced block."""
+@pytest.mark.parametrize("breakdown", [0, 3])
+def test_the_timer_calls_the_backends_sync_to_close_every_block(tmp_path, driver_environment, breakdown):
+    """Counted in the record: once before the warm-up, once per warm-up step, once per synced block; the steps
+    profiled after the window (a breakdown by kind) sync apart, not in the timer's count."""
     spec = synthetic_spec(timed=10)
+    spec = spec.replace(steps=dataclasses.replace(spec.steps, breakdown=breakdown))
     result = run(tmp_path, driver_environment, spec)
     assert result.status == "ok", result.error
     assert result.evidence["sync_blocks"] == 5 and result.evidence["sync_calls"] == 1 + 1 + 5
+    assert (result.breakdown or {}).get("closes") is (True if breakdown else None)
     assert result.timing["block_steps"] == [2] * 5
     assert sum(result.timing["block_ms"]) == pytest.approx(result.timing["window_ms"])
 

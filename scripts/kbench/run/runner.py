@@ -229,8 +229,9 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
         losses = timed_losses(spec, steps)
         check_losses(losses)
         check_dtypes(spec, workload.dtypes())
-        busy = device_busy(spec, backend, workload, sync, steps.window_ms / len(steps.step_ms))
-        split = step_breakdown(spec, backend, workload, sync, steps.window_ms / len(steps.step_ms), out)
+        # after the window, with the backend's own sync: the counted one is the timer's record of its calls
+        busy = device_busy(spec, backend, workload, backend.sync, steps.window_ms / len(steps.step_ms))
+        split = step_breakdown(spec, backend, workload, backend.sync, steps.window_ms / len(steps.step_ms), out)
     except adapters.NotSupported as exc:
         result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
     except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
