@@ -424,9 +424,28 @@ def test_the_log_scale_first_step_chart_draws_a_status_beside_sub_millisecond_ba
                                  ("predict", (0.1266059758315468, 0.1016443596443488)))
             for framework, status, first in (("first", "ok", firsts[0]), ("second", "ok", firsts[1]),
                                              ("keras3-jax", "unsupported", None))]
-    figure = plots.bars_per_row(pd.DataFrame(rows), ["first", "second", "keras3-jax"], "first_step_ms", "ms", log=True)
+    figure = plots.dots_per_row(pd.DataFrame(rows), ["first", "second", "keras3-jax"], "first_step_ms", "ms")
     figure.savefig(tmp_path / "first_step.png")
     assert (tmp_path / "first_step.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_first_step_chart_draws_dots_with_their_values_not_bars_on_its_log_axis():
+    """A bar on a log axis is as long as wherever the axis starts makes it (native's 170 ms a sliver beside 420 ms):
+    the chart shows a dot per column and writes its value; n/a is named, not drawn."""
+    import matplotlib.patches
+    from kbench.results import plots
+    rows = [dict(model="bert", task="predict", batch_size=256, precision="float32", framework=f, status=status,
+                 first_step_ms=first, text="") for f, status, first in (("native-torch-eager", "ok", 170.0),
+                                                                        ("keras3-jax", "ok", 420.0),
+                                                                        ("keras2", "unsupported", None))]
+    figure = plots.dots_per_row(pd.DataFrame(rows), ["native-torch-eager", "keras3-jax", "keras2"],
+                                "first_step_ms", "ms")
+    ax = figure.axes[0]
+    assert ax.get_yscale() == "log"
+    assert not [p for p in ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
+    assert [tuple(line.get_ydata()) for line in ax.lines] == [(170.0,), (420.0,)]
+    assert {t.get_text() for t in ax.texts} == {"170 ms", "420 ms", "n/a"}
+    assert plots.duration_text(37012.5) == "37 s" and plots.duration_text(0.1266) == "0.127 ms"
 
 
 def test_a_cell_on_a_mig_instance_is_named_mig_and_gets_no_mfu(config):

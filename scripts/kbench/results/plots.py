@@ -5,7 +5,8 @@ ms_per_step : one panel per model/task/batch/precision, a bar per framework (ms/
               on their empty slot
 speedup     : the best Keras 3 backend's speedup over each framework per row, in % (the speedup table), rows whose
               parameter counts differ marked
-first_step  : the excluded first step per row and framework (compile, autotuning, first allocation), log scale
+first_step  : the excluded first step per row and framework (compile, autotuning, first allocation): dots on a log
+              axis with their values written (a bar on a log axis has no meaningful length)
 """
 from __future__ import annotations
 
@@ -77,6 +78,40 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
     return fig
 
 
+def duration_text(ms: float) -> str:
+    """170.2 -> "170 ms", 37012.5 -> "37 s": three figures, in the unit a reader takes in at once."""
+    return f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
+
+
+def dots_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabel: str):
+    """One panel per table row, one dot per framework on a log axis with its value written beside it: on a log axis
+    a bar's length depends on where the axis happens to start, so a bar would mislead; a dot's height and the number
+    do not. A cell without a value gets its status written in."""
+    rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
+    fig, axes = panels(max(len(rows), 1))
+    for ax, (key, group) in zip(axes, rows):
+        by_framework = group.set_index("framework")
+        present = [f for f in frameworks if f in by_framework.index]
+        for i, f in enumerate(present):
+            shown = by_framework.at[f, value]
+            if by_framework.at[f, "status"] != "ok" or pd.isna(shown):
+                text = {"unsupported": "n/a", "oom": "oom"}.get(by_framework.at[f, "status"], "failed")
+                ax.text(i, 0.02, text, rotation=90, ha="center", va="bottom", fontsize=8,
+                        transform=ax.get_xaxis_transform())
+                continue
+            ax.plot([i], [shown], "o", color=f"C{frameworks.index(f)}", markersize=7)
+            ax.annotate(duration_text(shown), (i, shown), textcoords="offset points", xytext=(0, 7), ha="center",
+                        fontsize=7)
+        ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(present) - 0.4)
+        ax.set_title(row_label(*key), fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_yscale("log")
+        ax.margins(y=0.25)
+    fig.tight_layout()
+    return fig
+
+
 def speedup_chart(summary: pd.DataFrame, frameworks: list[str], keras3: list[str]):
     """Bars of other/best - 1 per row; a column whose interval overlaps the best's is drawn hatched and pale (a tie:
     its bar is no finding)."""
@@ -109,7 +144,7 @@ def build(cells_summary: Path, frameworks: list[str], keras3: list[str], out_dir
     figures = {
         "ms_per_step": bars_per_row(summary, frameworks, "estimate_ms", "ms/step (95% interval)", interval=True),
         "speedup": speedup_chart(summary, frameworks, keras3),
-        "first_step": bars_per_row(summary, frameworks, "first_step_ms", "first step, ms (log)", log=True),
+        "first_step": dots_per_row(summary, frameworks, "first_step_ms", "first step, ms (log axis; values written)"),
     }
     written = []
     for name, fig in figures.items():
