@@ -57,10 +57,14 @@ def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
 
 
 def top_ops(results: list[cell.CellResult]) -> pd.DataFrame:
-    lines = [{**{k: r.row()[k] for k in tables.ROW_KEYS}, "framework": r.row()["framework"], "rank": i + 1,
-              "op": op["name"], "ms_per_step": op["ms_per_step"], "share": op["share"]}
-             for r in first_breakdowns(results) if r.breakdown.get("closes")
-             for i, op in enumerate(r.breakdown.get("top_ops") or [])]
+    lines = []
+    for result in first_breakdowns(results):
+        if not result.breakdown.get("closes"):
+            continue
+        row = result.row()          # the whole flat view: built once per cell, not once per op
+        lines += [{**{k: row[k] for k in tables.ROW_KEYS}, "framework": row["framework"], "rank": i + 1,
+                   "op": op["name"], "ms_per_step": op["ms_per_step"], "share": op["share"]}
+                  for i, op in enumerate(result.breakdown.get("top_ops") or [])]
     return pd.DataFrame(lines, columns=[*tables.ROW_KEYS, "framework", "rank", "op", "ms_per_step", "share"])
 
 
