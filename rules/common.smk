@@ -1,3 +1,4 @@
+import dataclasses
 import functools
 import json
 import os
@@ -15,10 +16,11 @@ sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
 from kbench import precision, records
+from kbench.cell import WARM_SUFFIX
 from kbench.gpu import preflight
 from kbench.plan import config_check, departures, matrix, sources
 from kbench.run import scheduling
-from kbench.results import batch, breakdown_tables, tables, tuning
+from kbench.results import batch, breakdown_tables, first_step_tables, tables, tuning
 from kbench.stacks import disk, envs, lock_path
 from kbench.studies import jax_numpy, jax_numpy_tables
 
@@ -30,7 +32,7 @@ RESULTS = config["results_dir"]
 os.makedirs(os.path.join(RESULTS, "report"), exist_ok=True)     # `snakemake --report results/report/<suite>.html`
 # auto: podman where it is installed, else the host venvs. The runtime a cell used is in its JSON.
 RUNTIME = config["runtime"] if config["runtime"] != "auto" else ("podman" if shutil.which("podman") else "host")
-PLOTS = [f"{name}.{fmt}" for name in ("ms_per_step", "speedup", "first_step") for fmt in ("png", "svg")]
+PLOTS = [f"{name}.{fmt}" for name in ("ms_per_step", "speedup") for fmt in ("png", "svg")]
 
 
 wildcard_constraints:
@@ -75,6 +77,21 @@ def previous_rung_json(wildcards):
     """The rung below a study cell above its row's own batch (its first repeat), or nothing."""
     below = matrix.previous_rung(config, cell_of(wildcards))
     return cell_json(below, 1) if below else []
+
+
+def cache_sources(wildcards):
+    """The repeats of the cell whose compile caches this run starts from (kbench.plan.matrix.cache_sources)."""
+    return matrix.cache_sources(config, cell_of(wildcards), int(wildcards.repeat))
+
+
+def cache_source_jsons(wildcards):
+    return [cell_json(cell_of(wildcards), r) for r in cache_sources(wildcards) or []]
+
+
+def warm_jsons(suite, profile):
+    """The warm twins of one profile's cells (config first_step.warm_runs)."""
+    return [results("cells", f"{c.cell_id}.r1{WARM_SUFFIX}") for c in matrix.warm_cells(config, suite)
+            if c.profile == profile]
 
 
 def environment_record(wildcards):
@@ -156,6 +173,13 @@ def equivalence_jsons(suite, profile):
     return found
 
 
+def equivalence_cache_jsons(wildcards, framework=None):
+    """The cells' first repeats whose compile caches an equivalence job starts from (config first_step.reuse_caches)."""
+    framework = framework or wildcards.framework
+    return [cell_json(c, 1) for c in matrix.equivalence_cache_cells(config, wildcards.suite, wildcards.profile,
+                                                                     wildcards.model, framework)]
+
+
 def profile_equivalence(wildcards):
     return equivalence_jsons(wildcards.suite, wildcards.profile)
 
@@ -163,7 +187,7 @@ def profile_equivalence(wildcards):
 def table_files(suite):
     """Every profile's tables (its time by kind too), the departures page and the run facts."""
     return ([results("tables", suite, profile, name) for profile in config["profiles"]
-             for name in tables.OUTPUTS + breakdown_tables.OUTPUTS]
+             for name in tables.OUTPUTS + breakdown_tables.OUTPUTS + first_step_tables.OUTPUTS]
             + [results("tables", suite, name) for name in departures.OUTPUTS + ["run_facts.html"]])
 
 
@@ -206,7 +230,7 @@ def tuning_files(suite):
 
 def plot_files(suite):
     return [results("plots", suite, profile, name) for profile in config["profiles"]
-            for name in list(PLOTS) + breakdown_tables.PLOTS]
+            for name in list(PLOTS) + breakdown_tables.PLOTS + first_step_tables.PLOTS]
 
 
 def in_report(path, category, subcategory=None):

@@ -10,6 +10,7 @@ rule equivalence_reference:
     input:
         environment=lambda wildcards: equivalence_environment(REFERENCE),
         harness=lambda wildcards: equivalence_sources(REFERENCE),
+        caches=lambda wildcards: equivalence_cache_jsons(wildcards, REFERENCE),
     output:
         json=results("equivalence/{suite}/{profile}/{model}/reference.json"),
         npz=results("equivalence/{suite}/{profile}/{model}/reference.npz"),
@@ -35,6 +36,7 @@ rule equivalence:
         reference=results("equivalence/{suite}/{profile}/{model}/reference.npz"),
         environment=lambda wildcards: equivalence_environment(wildcards.framework),
         harness=lambda wildcards: equivalence_sources(wildcards.framework),
+        caches=equivalence_cache_jsons,
     output:
         json=results("equivalence/{suite}/{profile}/{model}/{framework}.json"),
     log:

@@ -48,7 +48,8 @@ rule first_page:
     previous run, the published findings re-tested, the published A100 table and what it implies."""
     input:
         tables=lambda wildcards: [results("tables", wildcards.suite, profile, name) for profile in config["profiles"]
-                                  for name in ("cells_summary.csv", "ms_per_step.csv", breakdown_tables.LONG)],
+                                  for name in ("cells_summary.csv", "ms_per_step.csv", breakdown_tables.LONG,
+                                               first_step_tables.LONG)],
         changes=lambda wildcards: [results("history", wildcards.suite, profile, "changes.csv")
                                    for profile in config["profiles"]],
         batch=lambda wildcards: [path for path in batch_study_files(wildcards.suite)

@@ -37,6 +37,7 @@ rule archive:
     The report is an input: make it first with `snakemake --report results/report/<suite>.html`."""
     input:
         cells=cell_jsons(every_cell(config["suite"]), config["suite"])
+        + [path for profile in config["profiles"] for path in warm_jsons(config["suite"], profile)]
         + [path for profile in config["profiles"] for path in equivalence_jsons(config["suite"], profile)],
         tables=table_files(config["suite"]) + batch_study_files(config["suite"]) + tuning_files(config["suite"]),
         plots=plot_files(config["suite"]),

@@ -98,3 +98,32 @@ rule time_by_kind:
     shell:
         "python -m kbench.results.breakdown_tables --profile {wildcards.profile} --frameworks={params.frameworks} "
         "--out {params.out_dir} --plots {params.plots} {input} > {log} 2>&1"
+
+
+rule first_step:
+    """One profile's time to the first step (kbench.results.first_step_tables): each cell's first repeat (cold) and
+    its warm twin side by side, in their parts, with the steady step and the compile's payback; the dots per row."""
+    input:
+        cells=profile_cells,
+        warm=lambda wildcards: warm_jsons(wildcards.suite, wildcards.profile),
+    output:
+        [in_report(results("tables/{suite}/{profile}", name), "First step", "{profile}") if name.endswith(".html")
+         else results("tables/{suite}/{profile}", name) for name in first_step_tables.OUTPUTS]
+        + [in_report(results("plots/{suite}/{profile}", name), "First step", "{profile}") if name.endswith(".png")
+           else results("plots/{suite}/{profile}", name) for name in first_step_tables.PLOTS],
+    log:
+        results("logs/first_step/{suite}/{profile}.log"),
+    params:
+        frameworks=",".join(config["frameworks"]),
+        out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
+        plots=lambda wildcards: results("plots", wildcards.suite, wildcards.profile),
+        band=config["first_step"]["steady_band"],
+        differs_by=config["first_step"]["warm_differs_by"],
+        eager_twin=shlex.quote(json.dumps(config["first_step"]["eager_twin"])),
+        warm=lambda wildcards, input: " ".join(f"--warm {shlex.quote(path)}" for path in input.warm),
+    localrule: True
+    shell:
+        "python -m kbench.results.first_step_tables --profile {wildcards.profile} --frameworks={params.frameworks} "
+        "--out {params.out_dir} --plots {params.plots} --steady-band {params.band} --eager-twin {params.eager_twin} "
+        "--warm-differs-by {params.differs_by} "
+        "{params.warm} {input.cells} > {log} 2>&1"

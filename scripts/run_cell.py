@@ -1,5 +1,6 @@
-"""Snakemake script of rule `cell`: run one repeat of one cell through the launcher, or record why it is not
-applicable (or, in the batch study, why its rung was not run)."""
+"""Snakemake script of rules `cell` and `warm_cell`: run one repeat of one cell through the launcher (with the compile
+cache its params name: kbench.compile_cache), or record why it is not applicable (or, in the batch study, why its
+rung was not run)."""
 import os
 
 from kbench import cell
@@ -23,4 +24,5 @@ elif launch.ladder_stopped(below):
 else:
     launch.run_cell(params.spec, params.runtime, sm.input.environment, sm.output[0], sm.log[0],
                     launch.Options(timeout_s=sm.resources.cell_timeout_s, repeat=repeat, memory_mb=memory_mb,
-                                   cpus=limits.get("cpus"), image_archive=sm.input.get("image_archive") or None))
+                                   cpus=limits.get("cpus"), image_archive=sm.input.get("image_archive") or None,
+                                   cache_from=None if params.cache_from is None else tuple(params.cache_from)))

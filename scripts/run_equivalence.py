@@ -4,5 +4,8 @@ from kbench.run import launch
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 files = {"reference": sm.input.reference} if "reference" in sm.input.keys() else {}
-options = launch.Options(timeout_s=sm.resources.cell_timeout_s, module="kbench.equivalence.check", files=files)
+# the cells' compile caches it starts from (config first_step.reuse_caches), where there are any
+caches = tuple(sm.input.get("caches") or ()) or None
+options = launch.Options(timeout_s=sm.resources.cell_timeout_s, module="kbench.equivalence.check", files=files,
+                         cache_from=caches)
 launch.run_cell(sm.params.job, sm.params.runtime, sm.input.environment, sm.output.json, sm.log[0], options)

@@ -113,6 +113,15 @@ BAD = [
     ("a selection that runs no cell", lambda c: c.update(models=["sam"], precisions=["bfloat16"]),
      "the selection runs no cell: models ['sam'] at precisions ['bfloat16'] (each model runs the selected "
      "precisions it lists: sam: float32)"),
+    # time to the first step: the payback's eager twin
+    ("an eager twin that is no column", lambda c: c["first_step"]["eager_twin"].update({"native-torch-compiled": "x"}),
+     "config key first_step.eager_twin.native-torch-compiled: 'x' is not a column"),
+    ("an eager twin that compiles", lambda c: c["first_step"]["eager_twin"].update({"keras3-jax": "keras3-torch"}),
+     "config key first_step.eager_twin.keras3-jax: 'keras3-torch' is compiled"),
+    ("a compiled key that does not compile",
+     lambda c: c["first_step"]["eager_twin"].update({"native-torch-eager": "paddle-dygraph"}),
+     "config key first_step.eager_twin.native-torch-eager: 'native-torch-eager' is not compiled"),
+    ("a steady band of 0", lambda c: c["first_step"].update(steady_band=0), "first_step.steady_band"),
 ]
 
 

@@ -20,7 +20,7 @@ import yaml
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import breakdown, cell, host, records, runtimes
+from kbench import breakdown, cell, compile_cache, host, records, runtimes
 from kbench.plan import matrix, sources
 from kbench.run import launch
 from kbench.stacks import envs
@@ -83,7 +83,8 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
         stacks = sorted({matrix.stack_of(CONFIG, f) for f in frameworks})
         prebuild.seed(built, results, prebuild.needs(runtime, stacks))
     # one OpenMP thread a cell: two torch processes each spinning two OpenMP threads on two cores ran 10-14x slower
-    overlay = {"breakdown": {"steps": 0, "cells": []}, **(overlay or {}),
+    overlay = {"breakdown": {"steps": 0, "cells": []}, "first_step": {**CONFIG["first_step"], "warm_runs": False},
+               **(overlay or {}),
                "equivalence": {"enabled": equivalence, "models": EQUIVALENCE_MODELS},
                "suites": {"tiny": {"steps": {"timed": timed_steps}}},
                "jax_numpy": {"enabled": jax_numpy},
@@ -106,10 +107,14 @@ def run_tiny(runtime, tmp_path_factory, models, frameworks, precisions=("float32
 # The breakdown by kind in CI: the demo's cells (BERT, native eager and Keras 3 on JAX); every other run of CI runs
 # none (profiles/demo-cpu; the tiny suite gives every cell one, config breakdown).
 DEMO_BREAKDOWN = {"steps": 3, "cells": [{"framework": "native-torch-eager|keras3-jax", "model": "bert"}]}
+# Cold and warm in CI (docs/first-step.md): the warm twins of the podman run's BERT cells in the compiled JAX and
+# torch columns (XLA's and Inductor's persistent caches); every other run of CI runs none (config runs every compiled
+# cell's). The equivalence jobs of the podman run start from the cells' caches.
+WARM_CELLS = [{"framework": "native-torch-compiled|keras3-jax", "model": "bert"}]
 PODMAN_CONFIG = {"not_applicable": CONFIG["not_applicable"] + [
     {"framework": "native-torch-compiled", "model": "sam", "task": "*",
      "reason": "not run in CI: Inductor compiles ~150 s a cell on CI's CPU; the column's BERT cells run"}],
-    "breakdown": DEMO_BREAKDOWN}
+    "breakdown": DEMO_BREAKDOWN, "first_step": {**CONFIG["first_step"], "warm_cells": WARM_CELLS}}
 
 
 # The batch study in CI: BERT predict at batch 1, 16 and its own 256, in one native and one Keras 3 column (4 cells
@@ -145,6 +150,7 @@ def tuned_run(podman_run, tmp_path_factory):
     shutil.copytree(podman_results, results, ignore=shutil.ignore_patterns("*.tar", "archive", "history"))
     overlay = yaml.safe_load((podman_results / "overlay.yaml").read_text())
     overlay.update(equivalence={"enabled": False}, batch_study={"enabled": False}, jax_numpy={"enabled": False},
+                   first_step={**overlay["first_step"], "warm_runs": False},
                    not_applicable=overlay["not_applicable"] + TUNED_NOT_RUN)
     (results / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     proc = snakemake("--cores", "all", "--configfile", str(results / "overlay.yaml"), "--set-threads", *SIDE_BY_SIDE,
@@ -296,7 +302,9 @@ def probes(tmp_path_factory, built):
 
 def cells(results) -> list[cell.CellResult]:
     """The records of the cells that ran (a configured n/a has a record too, and never ran)."""
-    found = [cell.read(path) for path in sorted((results / "cells").rglob("*.json"))]
+    found = [cell.read(path) for path in sorted((results / "cells").rglob("*.json"))
+             if not path.name.endswith(cell.WARM_SUFFIX) and "attempts" not in path.parts
+             and not any(part.endswith(compile_cache.CACHE_SUFFIX) for part in path.parts)]
     return [r for r in found if (r.error or {}).get("type") != "NotApplicable"]
 
 
@@ -366,6 +374,42 @@ def test_every_cell_ran_and_the_tables_are_filled(tiny_run):
     assert table["params_parity"].isna().all()
     speedup = pd.read_csv(tables / "speedup.csv")
     assert {f"vs {f} %" for f in frameworks} <= set(speedup.columns)
+
+
+def test_compiled_cells_run_cold_then_warm_from_their_own_cache_and_the_table_shows_both(podman_run):
+    """WARM_CELLS: the BERT cells of the compiled JAX and torch columns ran cold (an empty persistent cache, kept
+    beside the record) and again warm in a fresh process from a copy of it: the warm twin loaded what the cold run
+    compiled (cache hits, no misses, a shorter first step) and timed the same program (the window within noise or
+    flagged). The first_step table shows both with their parts; the equivalence jobs of those columns started warm."""
+    runtime, models, frameworks, tables, results = podman_run
+    warm = sorted((results / "cells").rglob("*" + cell.WARM_SUFFIX))
+    where = [p.relative_to(results / "cells" / "tiny" / "strict").parts for p in warm]
+    assert sorted((parts[0], parts[1], parts[4]) for parts in where) == sorted(
+        ("bert", task, f"{f}.r1.warm.json") for f in ("keras3-jax", "native-torch-compiled") for task in ("fit", "predict"))
+    for path in warm:
+        twin, cold = cell.read(path), cell.read(str(path).replace(cell.WARM_SUFFIX, ".json"))
+        assert cold.status == twin.status == "ok", (path, cold.error, twin.error)
+        assert compile_cache.beside(str(path).replace(cell.WARM_SUFFIX, ".json")).is_dir()
+        cold_cache, warm_cache = cold.first_step["cache"], twin.first_step["cache"]
+        assert cold_cache["state"] == "cold" and cold_cache["entries_before"] == 0 and cold_cache["entries_after"] > 0
+        assert warm_cache["state"] == "warm" and warm_cache["entries_before"] == cold_cache["entries_after"]
+        assert warm_cache["cache_hits"] > 0 and warm_cache["cache_misses"] == 0, (path, warm_cache)
+        assert cold_cache["cache_misses"] > 0, (path, cold_cache)     # (a program met twice in one process hits)
+        assert twin.first_step["parts"]["compile_s"] < cold.first_step["parts"]["compile_s"], path
+        assert cold.first_step["import_s"] > 0 and cold.first_step["build_s"] > 0 and cold.first_step["programs"] > 0
+    long = pd.read_csv(tables / "first_step_long.csv")
+    compiled = long[long.framework.isin(["keras3-jax", "native-torch-compiled"]) & (long.model == "bert")]
+    assert sorted(compiled.state) == ["cold"] * 4 + ["warm"] * 4
+    paid = long[(long.framework == "native-torch-compiled") & (long.model == "bert")]
+    assert paid.pays_back_after_steps.notna().all()         # against native eager in the same rows
+    text = (tables / "first_step.md").read_text()
+    assert "cold " in text and " | warm " in text and "cache hits" in text and "steady at step" in text
+    assert (results / "plots" / "tiny" / "strict" / "first_step.png").stat().st_size > 10_000
+    for framework in ("keras3-jax", "native-torch-compiled"):
+        job = cell.read(results / "equivalence" / "tiny" / "strict" / "bert" / f"{framework}.json")
+        assert job.status == "ok" and job.provenance["compile_cache"]["state"] == "warm", job.provenance
+    page = (results / "report" / "tiny" / "first_page.md").read_text()
+    assert "What the compile costs a user" in page
 
 
 def test_the_demo_cells_step_breaks_down_by_kind_side_by_side_and_closes(podman_run):

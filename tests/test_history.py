@@ -117,14 +117,15 @@ def test_a_missing_history_is_named(tmp_path, capsys):
 
 def test_a_runs_id_is_the_names_and_bytes_of_its_cell_records_only(tmp_path):
     """From a results directory and from its archive: one id. A byte changed, a record renamed, two records' bytes
-    swapped: another run. What lies beside the cells (equivalence jobs, the archive's run.json, manifest and tables,
-    another suite's cells) and the order files are read in: not part of it."""
+    swapped: another run. What lies beside the cells (equivalence jobs, warm twins, the archive's run.json, manifest and
+    tables, another suite's cells) and the order files are read in: not part of it."""
     import tarfile
     from types import SimpleNamespace
     from kbench.lifecycle.archive import Run
     fit, predict = (f"cells/tiny/strict/bert/{t}/float32/keras3-jax.r1.json" for t in ("fit/bs32", "predict/bs256"))
     records = {fit: b'{"mean_ms": 100.0}', predict: b'{"mean_ms": 200.0}'}
     beside = {"equivalence/tiny/strict/bert/keras3-jax.json": b"{}", "cells/paper/strict/x.r1.json": b"{}",
+              fit.replace(".json", ".warm.json"): b"{}",         # a warm twin: in first_step, not a cell of its own
               "run.json": b'{"suite": "tiny"}', "MANIFEST.sha256": b"", "tables/tiny/strict/ms_per_step.csv": b"a"}
     results = tmp_path / "results"
     for name, data in {**records, **beside}.items():

@@ -183,7 +183,7 @@ def test_report_renders_in_headless_chromium_with_tables_plots_and_run_facts(fin
         "The published findings, re-tested on this run") < text.index("The published A100 table")
     assert "bert fit 32 float32 native-torch-eager 80.00" in text          # this run's fastest column of the row
     assert "No history yet" in text or "No earlier comparable run" in text
-    assert "Snakemake Report" in text and "Results Batch study Departures History JAX against NumPy Plots Run Tables" in text
+    assert "Snakemake Report" in text and "Results Batch study Departures First step History JAX against NumPy Plots Run Tables" in text
     assert "suite tiny on accelerator cpu , runtime podman , profiles strict" in text
     assert "Save as SVG" in text
 

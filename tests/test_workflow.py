@@ -27,10 +27,12 @@ def expected_jobs(suite, accelerator, runtime) -> tuple[dict[str, int], set[str]
     environment_jobs = {"base_image": 1, "stack_image": len(stacks)} if runtime == "podman" else {
         "environment": len(stacks)}
     profiles = len(CONFIG["profiles"])
+    warm = len(matrix.warm_cells(config, suite))      # each compiled cell's warm twin (first_step.warm_runs)
     return {**environment_jobs, "cell": len(cells), "tables": profiles, "time_by_kind": profiles, "plots": profiles,
+            "first_step": profiles, "warm_cell": warm,
             "departures": 1, "run_facts": 1, "history": 1, "changes": profiles, "first_page": 1, "jax_numpy": 1,
             "jax_numpy_table": 1, "all": 1, **({"batch_study": profiles} if matrix.batch_cells(config, suite) else {}),
-            "total": len(cells) + (5 if matrix.batch_cells(config, suite) else 4) * profiles + 7
+            "total": len(cells) + warm + (6 if matrix.batch_cells(config, suite) else 5) * profiles + 7
             + sum(environment_jobs.values())}, stacks
 
 
@@ -115,7 +117,19 @@ def edit(path):
 
 
 def planned_cells(planned) -> list[str]:
-    return planned.outputs("results/cells/")
+    return [path for path in planned.outputs("results/cells/") if not path.endswith(".warm.json")]
+
+
+def planned_warm(planned) -> list[str]:
+    return sorted(path for path in planned.outputs("results/cells/") if path.endswith(".warm.json"))
+
+
+def warm_twins(cells: list[str]) -> list[str]:
+    """The warm twins (first_step.warm_runs) of those of the cells that compile into a persistent cache."""
+    twins = {f"results/cells/{c.cell_id}.r1.warm.json" for c in matrix.warm_cells({**CONFIG, "accelerator": "cpu"},
+                                                                                     "tiny")}
+    return sorted(path.replace(".r1.json", ".r1.warm.json") for path in cells
+                  if path.replace(".r1.json", ".r1.warm.json") in twins)
 
 
 def runnable_cells(**where) -> list[str]:
@@ -130,13 +144,17 @@ def test_a_version_bump_in_one_lock_reruns_exactly_that_stacks_image_cells_and_t
     lock.write_text(lock.read_text().replace("\nkeras==3.15.1 ", "\nkeras==3.15.0 ", 1))
     bumped = plan("-n", *TINY, cwd=up_to_date)
     cells = runnable_cells(stack="keras3-jax")
+    warm = warm_twins(cells)
     # one profile configured: one tables job; the new cells join the history, its changes and the first page; the
-    # JAX-against-NumPy job runs in the keras3-jax image too, and keras3-jax is a column of the batch study
-    assert bumped.counts() == {"stack_image": 1, "cell": len(cells), "tables": 1, "time_by_kind": 1, "plots": 1,
-                                "run_facts": 1, "history": 1, "changes": 1, "first_page": 1, "jax_numpy": 1,
-                                "jax_numpy_table": 1, "batch_study": 1, "all": 1, "total": len(cells) + 12}
+    # JAX-against-NumPy job runs in the keras3-jax image too, and keras3-jax is a column of the batch study; the
+    # compiled cells' warm twins run again, from the new cells' caches
+    assert warm and bumped.counts() == {
+        "stack_image": 1, "cell": len(cells), "warm_cell": len(warm), "tables": 1, "time_by_kind": 1, "plots": 1,
+        "first_step": 1, "run_facts": 1, "history": 1, "changes": 1, "first_page": 1, "jax_numpy": 1,
+        "jax_numpy_table": 1, "batch_study": 1, "all": 1, "total": len(cells) + len(warm) + 13}
     assert "results/images/keras3-jax.cpu.json" in bumped.outputs()
     assert sorted(planned_cells(bumped)) == cells
+    assert planned_warm(bumped) == warm
 
 
 def test_a_changed_lock_digest_alone_reruns_that_stacks_cells(up_to_date):
@@ -157,6 +175,7 @@ def test_a_changed_adapter_reruns_exactly_its_columns(up_to_date, adapter):
     edit(up_to_date / "scripts" / "kbench" / "adapters" / f"{adapter}.py")
     planned = plan("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date)
     assert sorted(planned_cells(planned)) == runnable_cells(adapter=adapter)
+    assert planned_warm(planned) == warm_twins(runnable_cells(adapter=adapter))
 
 
 def test_more_repeats_run_only_the_new_repeats(up_to_date):

@@ -20,6 +20,8 @@ from kbench import files
 
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "unsupported", "oom")
+# a compiled cell's warm twin (rule warm_cell) beside its record: <cell>.r<repeat>.warm.json
+WARM_SUFFIX = ".warm.json"
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
 # (5: timing had no synced blocks, block_ms; such a record of one repeat gets no within-run interval.)
 _ADDED_SINCE = {2: {"numerics": None, "evidence": None, "repeat": 1, "energy": None, "equivalence": None},
@@ -66,6 +68,7 @@ class CellResult:
     equivalence: dict | None = None     # an equivalence job's findings (kbench.equivalence.check), not a cell's
     jax_numpy: dict | None = None       # the JAX-against-NumPy job's findings (kbench.studies.jax_numpy), not a cell's
     breakdown: dict | None = None       # the steps profiled after the window, by kind of work (kbench.breakdown)
+    first_step: dict | None = None      # time to the first step in its parts, the compile cache (kbench.run.runner)
     repeat: int = 1                 # which fresh process of the cell this is (1 .. config repeats)
     spec_digest: str = ""
     schema_version: int = SCHEMA_VERSION

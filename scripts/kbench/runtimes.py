@@ -42,6 +42,9 @@ class Options:
     cpus: float | None = None
     image_archive: str | Path | None = None     # where a node whose container storage lacks the image loads it from
     files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
+    # the persistent compile cache (kbench.compile_cache): None, none; (): an empty one (a cold run, kept beside its
+    # record); records of cold runs: a fresh copy of their kept caches (a warm run)
+    cache_from: tuple | None = None
     # every CPU the launcher may use, not its GPU's share, outside a scheduler (the JAX-vs-NumPy job: its NumPy half
     # runs on the CPU, and its verdict must not depend on how many GPUs share the host); its GPU is still leased alone
     host_cpus: bool = False
@@ -119,6 +122,10 @@ class Runtime:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         env["PYTHONUNBUFFERED"] = "1"
         return env
+
+    def staged_as_seen(self, path: Path) -> str:
+        """Where the process sees a file or folder of its staging folder (mounted at OUT_IN_IMAGE in an image)."""
+        return f"{OUT_IN_IMAGE}/{path.name}" if self.image is not None else str(path)
 
     def files_as_seen(self, files: dict | None) -> dict:
         """Where the process finds each file it reads: its own path on the host, the mount point in an image."""

@@ -182,3 +182,30 @@ def summarize(step_ms: list[float]) -> dict[str, float]:
         "min_ms": min(step_ms),
         "max_ms": max(step_ms),
     }
+
+
+def steady_step(warmup_ms: list[float], block_ms: list[float], block_steps: list[int], band: float = 0.1,
+                run: int = 2) -> dict:
+    """Where a cell's ms/step enters its steady band: the steps in order, each warm-up step (synced on its own) and
+    each synced block of the window (its mean standing for its steps), against the window's steady level, the median
+    block mean. The band is that level +- `band` of it, or +- 3 scaled MADs of the block means where they spread
+    wider. The steady step is the first (1-based, the first warm-up step is 1) from which `run` points in a row lie in
+    the band (fewer where fewer are left); None where no point does. A compile in the first step puts it at 2; an
+    autotuner or a cache warming over several steps later."""
+    means = [ms / steps for ms, steps in zip(block_ms, block_steps)]
+    if not means:
+        return {"steady_at_step": None, "band_ms": None}
+    level = statistics.median(means)
+    mad = statistics.median(abs(m - level) for m in means)
+    half = max(band * level, 3 * 1.4826 * mad)
+    low, high = level - half, level + half
+    points = [(i + 1, ms) for i, ms in enumerate(warmup_ms)]
+    first = len(warmup_ms) + 1
+    for mean, steps in zip(means, block_steps):
+        points.append((first, mean))
+        first += steps
+    inside = [low <= ms <= high for _, ms in points]
+    for i in range(len(points)):
+        if all(inside[i:i + run]):
+            return {"steady_at_step": points[i][0], "band_ms": [low, high]}
+    return {"steady_at_step": None, "band_ms": [low, high]}

@@ -79,6 +79,9 @@ class Backend:
     # The framework's own compile counters now (graphs compiled, graph breaks, CUDA-graph skips, XLA compiles): the
     # runner reads them before and after the timed window; {} where the framework exposes none.
     compile_counters: Callable[[], dict] = dict
+    # What the framework itself reports of its compiles so far, in seconds, and its persistent cache's hits and misses
+    # (kbench.run.runner reads it after the first step): {} where it reports none (TensorFlow, Paddle)
+    compile_times: Callable[[], dict] = dict
     # activities(warm, run): warm() then run() under the framework's device profiler, warm's activities discarded;
     # run's (start_ms, end_ms) as a kbench.timing.Profiled, with why the profiler stopped early where it did
     # (kbench.timing.device_busy); None where it has none here (a CPU has no device apart from the host).

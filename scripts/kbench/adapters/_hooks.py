@@ -62,15 +62,19 @@ def jax_hooks() -> dict:
         return np.asarray(jax.lax.conv_general_dilated(jax.device_put(x, dev), jax.device_put(w, dev), (1, 1), "VALID",
                                                        dimension_numbers=("NHWC", "HWIO", "NHWC")))
 
-    compiled = {"backend_compiles": 0, "cache_hits": 0}
+    compiled = {"backend_compiles": 0, "cache_hits": 0, "cache_misses": 0, **dict.fromkeys(JAX_DURATIONS.values(), 0.0)}
 
     def on_duration(event, duration, **metadata):          # jax.monitoring passes metadata as keywords
+        if event in JAX_DURATIONS:
+            compiled[JAX_DURATIONS[event]] += duration
         if event == "/jax/core/compile/backend_compile_duration":     # fires on persistent-cache hits too
             compiled["backend_compiles"] += 1
 
     def on_event(event, **metadata):
         if event == "/jax/compilation_cache/cache_hits":
             compiled["cache_hits"] += 1
+        elif event == "/jax/compilation_cache/cache_misses":
+            compiled["cache_misses"] += 1
     monitoring = getattr(jax, "monitoring", None)
     if monitoring is not None:
         monitoring.register_event_duration_secs_listener(on_duration)
@@ -78,6 +82,12 @@ def jax_hooks() -> dict:
 
     def compile_counters() -> dict:
         return {"xla_compiles": compiled["backend_compiles"] - compiled["cache_hits"]} if monitoring else {}
+
+    def compile_times() -> dict:
+        if monitoring is None:
+            return {}
+        return {"reported_by": "jax.monitoring", **{k: compiled[k] for k in JAX_DURATIONS.values()},
+                "cache_hits": compiled["cache_hits"], "cache_misses": compiled["cache_misses"]}
 
     def device():
         backend = jax.extend.backend.get_backend() if hasattr(jax, "extend") else None
@@ -89,7 +99,14 @@ def jax_hooks() -> dict:
             "peak_device_memory_bytes": peak,
             "reset_peak_device_memory": lambda: False,       # JAX keeps one peak per process: no reset
             "memory_view": "jax peak_bytes_in_use: the whole process's peak, model build included (no reset)",
-            "compile_counters": compile_counters}
+            "compile_counters": compile_counters, "compile_times": compile_times}
+
+
+# jax.monitoring's durations of a compile (each jit's first call: trace to a jaxpr, lower to StableHLO, XLA's compile,
+# which on a persistent-cache hit is the entry's load)
+JAX_DURATIONS = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
+                 "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+                 "/jax/core/compile/backend_compile_duration": "compile_s"}
 
 
 def tf_hooks() -> dict:
@@ -175,6 +192,7 @@ def torch_hooks() -> dict:
             "memory_view": "torch max_memory_allocated: tensors' peak since the reset after build (the caching "
                            "allocator's reserve and the CUDA context are not in it)",
             "compile_counters": lambda: dynamo_counters(torch),
+            "compile_times": dynamo_times,
             "activities": torch_activities if cuda else None,
             "trace": lambda warm, run, folder: torch_trace(warm, run, folder, cuda)}
 
@@ -285,6 +303,25 @@ def dynamo_counters(torch) -> dict:
     counters = sys.modules["torch._dynamo.utils"].counters
     return dict(zip(keys, (counters["stats"]["unique_graphs"], sum(counters["graph_break"].values()),
                            sum(counters["unimplemented"].values()), counters["inductor"]["cudagraph_skips"])))
+
+
+def dynamo_times() -> dict:
+    """What torch.compile reports of its compiles so far (torch._dynamo.utils.compilation_time_metrics, seconds):
+    dynamo's whole compile of each frame, its bytecode tracing, the backend (Inductor, with AOTAutograd) within it;
+    the caches' hits and misses (Inductor's FX graph cache; AOTAutograd's, which on a hit loads Inductor's entry)."""
+    import sys
+    if "torch._dynamo.utils" not in sys.modules:      # nothing compiled (see dynamo_counters)
+        return {}
+    utils = sys.modules["torch._dynamo.utils"]
+    spent = {name: sum(times) for name, times in utils.compilation_time_metrics.items()}
+    if "_compile.compile_inner" not in spent:         # dynamo imported (an eager cell's), nothing compiled
+        return {}
+    inductor, aot = utils.counters["inductor"], utils.counters["aot_autograd"]
+    return {"reported_by": "torch._dynamo.utils.compilation_time_metrics",
+            "compile_s": spent.get("_compile.compile_inner", 0.0), "trace_s": spent.get("bytecode_tracing", 0.0),
+            "backend_s": spent.get("OutputGraph.call_user_compiler", 0.0),
+            "cache_hits": inductor["fxgraph_cache_hit"], "cache_misses": inductor["fxgraph_cache_miss"],
+            "aot_autograd_cache_hits": aot["autograd_cache_hit"], "aot_autograd_cache_misses": aot["autograd_cache_miss"]}
 
 
 def paddle_hooks() -> dict:

@@ -16,6 +16,9 @@ spec.arch: {"matrix_size": N}; spec.task_options:
          compute dtype): a workload that ran in another dtype than it was asked for
   reuse_output: a fit whose steps return one buffer, overwritten by each step with a falling loss (as CUDA-graph
          replays reuse their output memory); the workload keeps a copy of the first
+  compile_ms: a compiled cell's (settings jit_compile) first step also "compiles" for this long, unless the
+         persistent cache (KBENCH_SYNTHETIC_CACHE_DIR, kbench.compile_cache) holds its program, which it then loads
+         in a tenth of that; or KBENCH_SYNTHETIC_COMPILE_MS
   device_ms: each step also queues this many milliseconds of work on a simulated asynchronous device (a worker
          thread) and returns at once, as a GPU step does; only the backend's sync waits for that work. A harness that
          timed without the backend's sync would report the dispatch time, not the work. Or KBENCH_SYNTHETIC_DEVICE_MS:
@@ -100,6 +103,39 @@ class Recorder:
 RECORDER = Recorder()
 
 
+class Compiler:
+    """A compiled cell's first call of each program: compile_ms of work, or a tenth of it where the persistent cache
+    folder holds the program (a file per program), counted as a framework's cache counts its hits and misses."""
+
+    def __init__(self):
+        self.compiles, self.hits, self.misses, self.seconds = 0, 0, 0, 0.0
+        self.done: set[str] = set()
+
+    def first_call(self, program: str, compile_ms: float) -> None:
+        if program in self.done or not compile_ms:
+            return
+        self.done.add(program)
+        folder = os.environ.get("KBENCH_SYNTHETIC_CACHE_DIR")
+        entry = Path(folder) / f"{program}.compiled" if folder else None
+        hit = entry is not None and entry.exists()
+        seconds = compile_ms / 1e3 / (10 if hit else 1)
+        time.sleep(seconds)
+        self.compiles, self.seconds = self.compiles + 1, self.seconds + seconds
+        if entry is not None:
+            self.hits, self.misses = self.hits + hit, self.misses + (not hit)
+            entry.write_text(program)
+
+    def counters(self) -> dict:
+        return {"graphs": self.compiles}
+
+    def times(self) -> dict:
+        return {"reported_by": "synthetic", "compile_s": self.seconds, "cache_hits": self.hits,
+                "cache_misses": self.misses}
+
+
+COMPILER = Compiler()
+
+
 def device() -> dict:
     """The CPU; with KBENCH_SYNTHETIC_GPU=1, a stand-in GPU named after the one device the launcher handed the cell
     (CUDA_VISIBLE_DEVICES), whose UUID is that name: the harness's GPU paths (the device identity check's too) run
@@ -129,7 +165,7 @@ def backend() -> Backend:
                    set_tf32=lambda mode, compute_dtype="float32", task=None: {}, matmul=matmul,
                    peak_device_memory_bytes=lambda: None,
                    reset_peak_device_memory=lambda: False, package_versions=lambda: {"numpy": np.__version__},
-                   trace=RECORDER.trace)
+                   trace=RECORDER.trace, compile_counters=COMPILER.counters, compile_times=COMPILER.times)
 
 
 def prepare(spec: dict) -> dict:
@@ -175,10 +211,13 @@ def _matmul(spec: dict, inputs) -> Workload:
     trainable = options.get("trainable", 2 * n * n)
     scale = 1e6 if fault == "overflow" else 1.0     # float16's largest finite value is 65504
     device_seconds = float(options.get("device_ms") or os.environ.get("KBENCH_SYNTHETIC_DEVICE_MS") or 0) / 1e3
+    compile_ms = float(options.get("compile_ms") or os.environ.get("KBENCH_SYNTHETIC_COMPILE_MS") or 0) \
+        if spec.settings.get("jit_compile") else 0.0
 
     def predict_step():
         if fault == "step":
             raise RuntimeError("injected failure in a step")
+        COMPILER.first_call(f"{spec.task}-{n}-{dtype}", compile_ms)
         if device_seconds:
             DEVICE.submit(device_seconds)
         return RECORDER.op("synthetic::matmul", lambda: a @ b)

@@ -26,13 +26,14 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from kbench import breakdown, cell, host, records, timing
+from kbench import breakdown, cell, compile_cache, host, records, timing
 from kbench.host import REPO
 from kbench.plan import departures, matrix
-from kbench.results import batch, breakdown_tables, facts, tables, tuning
+from kbench.results import batch, breakdown_tables, facts, first_step_tables, tables, tuning
 from kbench.files import BadFile, kind, parse_json, read_bytes, read_text, refuse, text, unreadable
 
 MANIFEST = "MANIFEST.sha256"
+WARM = cell.WARM_SUFFIX
 
 
 # ---------------------------------------------------------------- pack
@@ -134,6 +135,13 @@ def read_archive(path: Path) -> dict[str, bytes]:
         raise unreadable(path, error, ARCHIVE) from None
 
 
+def cell_names(files, suite: str) -> list[str]:
+    """The names of a run's cell records, every repeat (not the warm twins: Run.warm()), in name order."""
+    prefix = f"cells/{suite}/"
+    return sorted(name for name in files if name.startswith(prefix) and name.endswith(".json")
+                  and not name.endswith(WARM))
+
+
 class Run:
     """The files of one run, from an archive (name -> bytes, hashed as read) or a results directory (its cells)."""
 
@@ -147,8 +155,10 @@ class Run:
             for folder in ("cells", "equivalence"):
                 for path in (self.source / folder / self.suite).rglob("*.json"):
                     name = path.relative_to(self.source)
-                    if not any(part.startswith(".") or part == "attempts" for part in name.parts):
-                        self.files[str(name)] = read_bytes(path, RECORD)  # not what launches and retries leave beside
+                    # not what launches and retries leave beside (attempts/, staging), nor a kept compile cache
+                    if not any(part.startswith(".") or part == "attempts" or part.endswith(compile_cache.CACHE_SUFFIX)
+                               for part in name.parts):
+                        self.files[str(name)] = read_bytes(path, RECORD)
             return
         self.files = read_archive(self.source)
         if "run.json" not in self.files and not any(name.startswith("cells/") for name in self.files):
@@ -184,14 +194,21 @@ class Run:
         prefix = f"equivalence/{self.suite}/{profile}/"
         return [self.record(name) for name in sorted(self.files) if name.startswith(prefix) and name.endswith(".json")]
 
+    def cell_names(self) -> list[str]:
+        return cell_names(self.files, self.suite)
+
     def cells(self) -> dict[str, list[cell.CellResult]]:
-        """cell_id -> its repeats, in repeat order."""
-        prefix = f"cells/{self.suite}/"
-        results = [self.record(name) for name in self.files if name.startswith(prefix) and name.endswith(".json")]
+        """cell_id -> its repeats, in repeat order (not the warm twins: warm())."""
+        results = [self.record(name) for name in self.cell_names()]
         found: dict[str, list[cell.CellResult]] = {}
         for result in sorted(results, key=lambda r: (r.cell_id, r.repeat)):
             found.setdefault(result.cell_id, []).append(result)
         return found
+
+    def warm(self) -> list[cell.CellResult]:
+        """The compiled cells' warm twins (rule warm_cell), in name order."""
+        prefix = f"cells/{self.suite}/"
+        return [self.record(name) for name in sorted(self.files) if name.startswith(prefix) and name.endswith(WARM)]
 
 
 # ---------------------------------------------------------------- verify
@@ -366,9 +383,9 @@ def job_order(config: dict):
 
 
 def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult]], out: Path,
-                 equivalence=lambda profile: []) -> None:
+                 equivalence=lambda profile: [], warm: list[cell.CellResult] = ()) -> None:
     """Every profile's tables and the departures page, as rules tables and departures make them, into out/
-    (equivalence(profile): that profile's equivalence jobs)."""
+    (equivalence(profile): that profile's equivalence jobs; warm: the warm twins)."""
     in_job_order = job_order(config)
     for profile in config["profiles"]:
         in_run_order = [r for c in matrix.cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
@@ -377,6 +394,11 @@ def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult
                      departures.unreproduced(config, profile), sorted(equivalence(profile), key=in_job_order),
                      config["equivalence"]["differences"], config["departures"])
         breakdown_tables.build(in_run_order, config["frameworks"], profile, out / profile)
+        if "first_step" in config:          # an archive of a run before time to the first step has no such table
+            first_step_tables.build(in_run_order, [w for w in warm if w.spec.get("profile") == profile],
+                                    config["frameworks"], profile, out / profile, None,
+                                    config["first_step"]["steady_band"], config["first_step"]["eager_twin"],
+                                    config["first_step"]["warm_differs_by"])
     for profile in config["profiles"]:          # the batch study's tables, where the suite ran its ladder
         rungs = [r for c in matrix.batch_cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
         if rungs:
@@ -412,7 +434,7 @@ def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[st
                 if name.startswith(prefix) and not name.endswith("run_facts.html")}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        build_tables(config, run.suite, cells, out, run.equivalence)
+        build_tables(config, run.suite, cells, out, run.equivalence, run.warm())
         rebuilt = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     problems = [f"{prefix}{name}: differs from the table rebuilt from the cell JSONs"
                 for name in sorted(set(archived) & set(rebuilt)) if archived[name] != rebuilt[name]]

@@ -37,7 +37,7 @@ import pandas as pd
 
 from kbench import cell
 from kbench.results import stats
-from kbench.lifecycle.archive import Run
+from kbench.lifecycle.archive import Run, cell_names
 from kbench.files import BadFile, kind
 
 STORE = Path("results/history")
@@ -83,7 +83,8 @@ def device_of(result: cell.CellResult) -> str:
 
 
 def cell_files(run: Run) -> list[str]:
-    return sorted(n for n in run.files if n.startswith(f"cells/{run.suite}/") and n.endswith(".json"))
+    """The run's cell records (a warm twin is not a cell of its own: its cold run's first step is, in first_step)."""
+    return cell_names(run.files, run.suite)
 
 
 def run_id(run: Run) -> str:

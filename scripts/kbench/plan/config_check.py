@@ -124,6 +124,21 @@ def check_jax_numpy(config: dict) -> None:
                                   f"allowed: {', '.join(study['workloads'])}")
 
 
+def check_first_step(config: dict) -> None:
+    """Each eager twin pairs a compiled column with an uncompiled one (kbench.results.first_step_tables pays the
+    compile back against it)."""
+    defs = config["framework_defs"]
+    for compiled, eager in config["first_step"]["eager_twin"].items():
+        for name, wanted in ((compiled, True), (eager, False)):
+            if name not in defs:
+                raise ConfigError(f"config key first_step.eager_twin.{compiled}: {name!r} is not a column; allowed: "
+                                  f"{', '.join(defs)}")
+            if defs[name]["jit_compile"] is not wanted:
+                raise ConfigError(f"config key first_step.eager_twin.{compiled}: {name!r} is "
+                                  f"{'not ' if wanted else ''}compiled (framework_defs.{name}.jit_compile); allowed: "
+                                  "a compiled column as the key, an uncompiled one as its value")
+
+
 _REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?==\S+")
 _HASH = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
 
@@ -165,5 +180,6 @@ def check(config: dict, schema_path: Path, repo: Path = REPO) -> None:
     check_paths(config)
     check_combinations(config)
     check_jax_numpy(config)
+    check_first_step(config)
     for stack in sorted({matrix.stack_of(config, f) for f in config["frameworks"]}):
         check_lock(lock_path(stack, config["accelerator"], repo))

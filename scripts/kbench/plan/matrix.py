@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from kbench import precision, runtimes
+from kbench import compile_cache, precision, runtimes
 from kbench.models import family
 from kbench.spec import CellSpec
 from kbench.host import REPO
@@ -108,6 +108,8 @@ def check_references(config: dict, repo: Path = REPO) -> None:
         _check_patterns(rule, config, f"not_compilable[{i}]")
     for i, rule in enumerate(config["breakdown"]["cells"]):
         _check_patterns(rule, config, f"breakdown.cells[{i}]")
+    for i, rule in enumerate(config["first_step"]["warm_cells"]):
+        _check_patterns(rule, config, f"first_step.warm_cells[{i}]")
     check_batch_study(config)
     check_tuning(config)
     for departure in config["departures"]:
@@ -275,6 +277,46 @@ def every_cell(config: dict, suite: str | None = None) -> list[Cell]:
     own = cells(config, suite)
     ids = {c.cell_id for c in own}
     return own + [c for c in batch_cells(config, suite) if c.cell_id not in ids]
+
+
+def cell_spec(config: dict, c: Cell) -> CellSpec:
+    return spec(config, c.suite, c.model, c.task, c.batch_size, c.precision, c.framework, c.profile)
+
+
+def compiles_into_cache(config: dict, c: Cell) -> bool:
+    """A runnable cell whose framework compiles it into a persistent compile cache (kbench.compile_cache)."""
+    return not c.not_applicable and compile_cache.has_cache(cell_spec(config, c))
+
+
+def warm_cells(config: dict, suite: str | None = None) -> list[Cell]:
+    """The cells that get a warm twin (first_step.warm_runs): the suite's own cells (not the batch study's other
+    rungs) that compile into a persistent cache and match one of first_step.warm_cells' patterns (none: every one)."""
+    chosen = config["first_step"]
+    if not chosen["warm_runs"]:
+        return []
+    return [c for c in cells(config, suite) if compiles_into_cache(config, c)
+            and (not chosen["warm_cells"] or any(applies(rule, c.framework, c.model, c.task)
+                                                 for rule in chosen["warm_cells"]))]
+
+
+def cache_sources(config: dict, c: Cell, repeat: int) -> list[int] | None:
+    """Which repeats of the cell a run's compile cache starts from: None, none (no persistent cache); [], an empty one
+    (the first repeat: cold); [1], the first repeat's (a later repeat where first_step.reuse_caches says so)."""
+    if not compiles_into_cache(config, c):
+        return None
+    return [1] if repeat > 1 and config["first_step"]["reuse_caches"] else []
+
+
+def equivalence_cache_cells(config: dict, suite: str, profile: str, model: str, framework: str) -> list[Cell]:
+    """The cells whose first repeats' compile caches an equivalence job of the column starts from
+    (first_step.reuse_caches): those of its cell specs the run times, where they compile into a cache."""
+    if not config["first_step"]["reuse_caches"]:
+        return []
+    planned = {c.cell_id: c for c in cells(config, suite) if c.profile == profile and c.model == model
+               and c.framework == framework}
+    job = equivalence_job(config, suite, profile, model, framework)
+    return [planned[s["cell_id"]] for s in job["cells"]
+            if s["cell_id"] in planned and compiles_into_cache(config, planned[s["cell_id"]])]
 
 
 def previous_rung(config: dict, c: Cell) -> Cell | None:

@@ -13,6 +13,8 @@ each with the figures it rests on. One rule per kind of explanation (config publ
 - host_overhead_at_small_batch: a small batch makes PyTorch look slower because Python's overhead grows: where a
   model and task ran at two or more batch sizes, the native column's waiting share (the host outside any op) is
   larger at the smallest batch than at the largest, and larger than the best Keras 3 column's at that batch.
+
+And the compile's cost side of "out of the box" (config first_step.claim, on first_step_long.csv): pays_back_within.
 """
 from __future__ import annotations
 
@@ -129,6 +131,23 @@ def host_overhead_at_small_batch(rule: dict, long: pd.DataFrame, summary: pd.Dat
     if not verdicts:
         return NOT_MEASURED, "no native column with a breakdown at two or more batch sizes of one model and task"
     return (HOLDS if all(verdicts) else FAILS), "; ".join(rests_on)
+
+
+def pays_back_within(claim: dict, long: pd.DataFrame) -> tuple[str, str]:
+    """The compile's cost side of "out of the box": each compiled column with an eager twin must pay its longer wait
+    to the first step back within claim["steps"] timed steps (the anchor's NUM_STEPS: what its ms/step averages over),
+    cold and warm. Holds where every such cell does; not measured where no row has both columns."""
+    checked, rests_on = [], []
+    for _, entry in long[long.pays_back_after_steps.notna()].iterrows():
+        text = entry["pays_back_after_steps"]
+        within = text == "at once" or (text.isdigit() and int(text) <= claim["steps"])
+        checked.append(within)
+        rests_on.append(f"{entry['model']} {entry['task']} bs{entry['batch_size']} {entry['precision']} "
+                        f"{entry['framework']} {entry['state']}: {entry['to_first_step_s']:.1f} s to its first step, "
+                        f"pays back after {text}" + ("" if text.startswith(("never", "at once")) else " steps"))
+    if not checked:
+        return NOT_MEASURED, "no row with a compiled column and its eager twin (config first_step.eager_twin)"
+    return (HOLDS if all(checked) else FAILS), "; ".join(rests_on)
 
 
 RULES = {"library_fused_ops": library_fused_ops, "little_manual_optimisation": little_manual_optimisation,

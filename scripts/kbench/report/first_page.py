@@ -24,7 +24,7 @@ from kbench.lifecycle import history
 from kbench.plan import matrix
 from kbench.report import explanations, verdicts
 from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED
-from kbench.results import flops, stats, tables
+from kbench.results import first_step_tables, flops, stats, tables
 
 
 
@@ -269,6 +269,16 @@ def build(config: dict, suite: str, tables_dir: Path, store: Path) -> tuple[str,
                                       matrix.native_torch_frameworks(config), on_gpu),
                 "Each cell's step after its timed window, profiled by its own framework (time_by_kind; "
                 "docs/breakdown.md). " + device_note)
+        first_step = tables_dir / profile / first_step_tables.LONG
+        if "first_step" in config and first_step.exists():
+            long = pd.read_csv(first_step, dtype={"pays_back_after_steps": object})
+            section(f"What the compile costs a user: time to the first step (profile {profile})",
+                    verdicts.table([config["first_step"]["claim"]],
+                                   lambda claim: explanations.pays_back_within(claim, long),
+                                   "the cost side of out of the box", on_gpu, "rows"),
+                    "Seconds to the first step's return (import, build, first step), cold and warm (its framework's "
+                    "persistent compile cache filled), against the eager column of its framework (first_step; "
+                    "docs/first-step.md). " + device_note)
         if profile in matrix.ladder_profiles(config) and matrix.batch_cells(config, suite):
             section(f"The batch study: a step's fixed cost against its cost per example (profile {profile})",
                     pd.read_csv(tables_dir / profile / "batch_verdicts.csv"),

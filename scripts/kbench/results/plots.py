@@ -5,8 +5,7 @@ ms_per_step : one panel per model/task/batch/precision, a bar per framework (ms/
               on their empty slot
 speedup     : the best Keras 3 backend's speedup over each framework per row, in % (the speedup table), rows whose
               parameter counts differ marked
-first_step  : the excluded first step per row and framework (compile, autotuning, first allocation): dots on a log
-              axis with their values written (a bar on a log axis has no meaningful length)
+(the time to the first step, cold and warm: kbench.results.first_step_tables, with dots_per_row)
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ import pandas as pd  # noqa: E402
 
 from kbench.results import stats, tables  # noqa: E402
 
-PLOTS = ("ms_per_step", "speedup", "first_step")
+PLOTS = ("ms_per_step", "speedup")     # first_step: kbench.results.first_step_tables
 FORMATS = ("png", "svg")
 
 
@@ -83,31 +82,44 @@ def duration_text(ms: float) -> str:
     return f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
 
 
-def dots_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabel: str):
+def dots_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabel: str,
+                 series: tuple[str, dict] | None = None, scale: float = 1.0):
     """One panel per table row, one dot per framework on a log axis with its value written beside it: on a log axis
     a bar's length depends on where the axis happens to start, so a bar would mislead; a dot's height and the number
-    do not. A cell without a value gets its status written in."""
+    do not. A cell without a value gets its status written in. series: (column, {its value: marker}), several dots
+    per framework side by side (cold and warm), named in a legend; scale: the values' unit in ms (1e3: seconds)."""
     rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
+    column, markers = series or (None, {None: "o"})
+    offsets = {name: (i - (len(markers) - 1) / 2) * 0.3 for i, name in enumerate(markers)}
     fig, axes = panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
-        by_framework = group.set_index("framework")
-        present = [f for f in frameworks if f in by_framework.index]
+        present = [f for f in frameworks if f in set(group.framework)]
         for i, f in enumerate(present):
-            shown = by_framework.at[f, value]
-            if by_framework.at[f, "status"] != "ok" or pd.isna(shown):
-                text = {"unsupported": "n/a", "oom": "oom"}.get(by_framework.at[f, "status"], "failed")
-                ax.text(i, 0.02, text, rotation=90, ha="center", va="bottom", fontsize=8,
-                        transform=ax.get_xaxis_transform())
-                continue
-            ax.plot([i], [shown], "o", color=f"C{frameworks.index(f)}", markersize=7)
-            ax.annotate(duration_text(shown), (i, shown), textcoords="offset points", xytext=(0, 7), ha="center",
-                        fontsize=7)
+            for _, entry in group[group.framework == f].iterrows():
+                name = entry[column] if column else None
+                if name not in markers:
+                    continue
+                x, shown = i + offsets[name], entry[value]
+                if entry["status"] != "ok" or pd.isna(shown):
+                    text = {"unsupported": "n/a", "oom": "oom"}.get(entry["status"], "failed")
+                    ax.text(x, 0.02, text, rotation=90, ha="center", va="bottom", fontsize=8,
+                            transform=ax.get_xaxis_transform())
+                    continue
+                ax.plot([x], [shown], markers[name], color=f"C{frameworks.index(f)}", markersize=7,
+                        fillstyle="full" if name == next(iter(markers)) else "none")
+                ax.annotate(duration_text(shown * scale), (x, shown), textcoords="offset points", xytext=(0, 7),
+                            ha="center", fontsize=7)
         ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
         ax.set_xlim(-0.6, len(present) - 0.4)
         ax.set_title(row_label(*key), fontsize=9)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_yscale("log")
         ax.margins(y=0.25)
+    if column and rows:
+        handles = [plt.Line2D([], [], marker=m, linestyle="", color="grey",
+                              fillstyle="full" if i == 0 else "none", label=str(name))
+                   for i, (name, m) in enumerate(markers.items())]
+        fig.legend(handles=handles, loc="upper right", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -144,7 +156,6 @@ def build(cells_summary: Path, frameworks: list[str], keras3: list[str], out_dir
     figures = {
         "ms_per_step": bars_per_row(summary, frameworks, "estimate_ms", "ms/step (95% interval)", interval=True),
         "speedup": speedup_chart(summary, frameworks, keras3),
-        "first_step": dots_per_row(summary, frameworks, "first_step_ms", "first step, ms (log axis; values written)"),
     }
     written = []
     for name, fig in figures.items():

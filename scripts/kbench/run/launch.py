@@ -35,7 +35,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from kbench import cell, host, records, runtimes
+from kbench import cell, compile_cache, host, records, runtimes
 from kbench.gpu import preflight
 from kbench.host import open_lock
 from kbench.runtimes import Options, Runtime
@@ -377,6 +377,9 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime.name})")
     stop = _Stop(runtime, name if container else None)
+    cache = seed_cache(staging, options.cache_from, environment)
+    if cache:
+        context["compile_cache"] = {**cache, "folder": runtime.staged_as_seen(staging / CACHE_NAME)}
     try:
         with open(log, "w") as log_file, stop.on_signals():
             log_file.write(f"$ {' '.join(argv)}\n")
@@ -405,8 +408,13 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
             finally:
                 watchdog.leave_if_abandoned()
         oom = stop.oom_killed()
+        if cache and cache["state"] != "cold":   # only a cold run's cache is kept: a warm one holds copies of others'
+            shutil.rmtree(staging / CACHE_NAME, ignore_errors=True)
         for made in sorted(staging.glob("result.*")):      # the record, and what was written beside it (arrays,
-            os.replace(made, out.with_name(out.stem + made.name.removeprefix("result")))    # a trace)
+            kept = out.with_name(out.stem + made.name.removeprefix("result"))    # a trace, the compile cache)
+            if kept.is_dir():                   # an earlier run's cache: replaced whole
+                shutil.rmtree(kept)
+            os.replace(made, kept)
         if oom:
             return cell.error_info(OOM_KILLED, "the kernel killed the cell for memory (container OOMKilled)")
         return None if returncode == 0 else exit_failure(returncode, options.memory_mb if container else None)
@@ -415,6 +423,38 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
         shutil.rmtree(staging, ignore_errors=True)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+CACHE_NAME = "result" + compile_cache.CACHE_SUFFIX     # in the staging folder; kept beside the record as <stem>.cache
+
+
+def seed_cache(staging: Path, sources: tuple | None, environment: dict) -> dict | None:
+    """The compile cache folder of a run (options.cache_from): None: none; (): an empty one, cold; records of cold runs:
+    a copy of each one's kept cache that may seed this run (kbench.compile_cache.refusal: the same image and lock, a
+    run that ended ok), warm where any did (a run all of whose sources were refused is cold, and says why)."""
+    if sources is None:
+        return None
+    folder = staging / CACHE_NAME
+    folder.mkdir()
+    own = {"status": "ok", "lock_sha256": environment.get("lock_sha256"), "image_id": environment.get("id")}
+    seeded, refused = [], []
+    for source in map(Path, sources):
+        kept = compile_cache.beside(source)
+        try:
+            record = cell.read(source)
+        except (OSError, ValueError) as error:
+            refused.append(f"{source.name}: unreadable ({type(error).__name__})")
+            continue
+        facts = {"status": record.status, "lock_sha256": record.provenance.get("environment", {}).get("lock_sha256"),
+                 "image_id": record.provenance.get("environment", {}).get("id")}
+        why = compile_cache.refusal(facts, own) or (None if kept.is_dir() else "it kept no cache")
+        if why:
+            refused.append(f"{'/'.join(source.parts[-4:])}: {why}")
+            continue
+        shutil.copytree(kept, folder, dirs_exist_ok=True)     # content-addressed entries: a shared one is the same
+        seeded.append("/".join(source.parts[-4:]))     # task/batch/precision/record: the cell it came from
+    return {"state": "warm" if seeded else "cold", "seeded_from": seeded, "refused": refused,
+            "entries_before": compile_cache.entries(folder)}
 
 
 class _Stop:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from kbench.spec import CellSpec
-from kbench import breakdown, cell, numerics, timing
+from kbench import breakdown, cell, compile_cache, numerics, timing
 from kbench.gpu import nvml, preflight
 from kbench.stacks import lockcheck
 
@@ -139,6 +139,53 @@ def duration(ms: float) -> str:
     return f"{ms:.0f} ms" if ms < 1e3 else f"{ms / 1e3:.1f} s"
 
 
+def use_compile_cache(framework_def, own_env, context: dict) -> dict | None:
+    """Point the framework at the compile cache folder the launcher handed this process (context compile_cache,
+    kbench.run.launch.seed_cache), before the framework is imported; what the record says of it, or None."""
+    cache = context.get("compile_cache")
+    if not cache:
+        return None
+    variables = compile_cache.env(framework_def, own_env, cache["folder"])
+    os.environ.update(variables)
+    return {**cache, "variables": sorted(variables)}
+
+
+# what a framework's compile counters call a compiled program (torch and Paddle: graphs; JAX: XLA compiles)
+PROGRAMS = ("graphs", "xla_compiles")
+
+
+class FirstStep:
+    """Time to the first useful step, in its parts: the framework's import (with its device found), the model's build,
+    the first step (its warm-up step 1) with what the framework itself reports of it (kbench.adapters.Backend
+    compile_times), the programs compiled by its end and those compiled after it (recompiles: the rest of the warm-up
+    and the window), graph breaks, and the persistent compile cache it started from (cold or warm) with its hits."""
+
+    def __init__(self, backend, cache: dict | None, import_s: float):
+        self.backend, self.cache, self.import_s, self.build_s = backend, cache, import_s, None
+        self.first_counters, self.first_times, self.last_counters = {}, {}, {}
+
+    def after_step(self, done: int) -> None:
+        if done == 1:
+            self.first_counters, self.first_times = self.backend.compile_counters(), self.backend.compile_times()
+
+    def after_window(self) -> None:
+        self.last_counters = self.backend.compile_counters()
+
+    def record(self) -> dict:
+        programs = lambda counters: sum(counters.get(k, 0) for k in PROGRAMS) if counters else None  # noqa: E731
+        first, last = programs(self.first_counters), programs(self.last_counters)
+        cache = None
+        if self.cache:
+            cache = {**self.cache, "entries_after": compile_cache.entries(self.cache["folder"]),
+                     **{k: self.first_times.get(k) for k in ("cache_hits", "cache_misses")}}
+        return {"import_s": self.import_s, "build_s": self.build_s,
+                "parts": self.first_times or None,   # what the framework reports of it ({}: nothing)
+                "programs": first, "recompiles": None if first is None or last is None else last - first,
+                "graph_breaks": (self.last_counters.get("graph_breaks", 0) + self.last_counters.get("unsupported", 0))
+                if "graph_breaks" in self.last_counters else None,
+                "cache": cache}
+
+
 class Progress:
     """What the cell is doing, a line each on stderr (the cell's log under results/logs/cells/): a cell that takes
     minutes is seen to move. Nothing is written inside the timed window; its line says how long it should take."""
@@ -181,6 +228,7 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
     # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
     # framework is first imported.
     os.environ.update(spec.env)
+    cache = use_compile_cache(spec.framework_def, spec.env, context)
     from kbench import adapters
 
     provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
@@ -193,8 +241,10 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
              "against the lock")
     try:
         provenance["lock_check"] = check_lock()
+        clock = time.perf_counter()
         adapter = adapters.load(spec.adapter)
         backend = adapter.backend()
+        first = FirstStep(backend, cache, import_s=time.perf_counter() - clock)
         provenance["device_facts"] = {**backend.device(), "nvml": nvml.facts()}
         check_device(spec, backend)
         identity = check_device_identity(spec, backend.name, provenance["device_facts"], context)
@@ -206,7 +256,9 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
                        backend.device()["kind"])
         device = provenance["device_facts"]
         progress(f"{backend.name} on {device['kind']} ({device['name']}); building the model")
+        clock = time.perf_counter()
         workload = adapters.build(adapter, spec)
+        first.build_s = time.perf_counter() - clock
         check_workload(spec, workload)
         progress(f"model built: {workload.params_total:,} parameters ({workload.params_trainable:,} trainable); "
                  f"{spec.steps.warmup} warm-up steps (a compiling column compiles in the first)")
@@ -217,9 +269,14 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
         def on_window(phase):
             progress.window(phase)
             window(phase)
+
+        def on_warmup_step(done, ms):
+            progress.warmup_step(done, ms)
+            first.after_step(done)
         steps = timing.measure(workload.step, sync, spec.steps.warmup, spec.steps.timed,
                                keep=workload.keep, blocks=spec.steps.blocks, on_window=on_window,
-                               on_warmup_step=progress.warmup_step)
+                               on_warmup_step=on_warmup_step)
+        first.after_window()
         progress(f"timed window closed after {duration(steps.window_ms)}: {steps.summary()['mean_ms']:.2f} ms/step")
         # the host's peak before the device profiler runs: it imports its own modules (on torch, dynamo's and
         # Inductor's too) and parses its events, which an eager cell's steps never needed
@@ -241,6 +298,7 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
         result = cell.new_result(spec, provenance, "ok")
         result.timing = {**timed_result(steps, workload), "device_busy": busy}
         result.breakdown = split
+        result.first_step = first.record()
         # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
         # the warm-up steps it ran, and what the adapter observed of its objects
         result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms),
@@ -435,6 +493,7 @@ def job_run(job: dict, context: dict, body) -> cell.CellResult:
     then body(provenance), which fills in what it found; the record is ok, or failed with the exception that stopped
     body (the job reports its failure instead of taking the run down)."""
     os.environ.update(job["env"])
+    cache = use_compile_cache(job["framework_def"], job["env"], context)
     provenance = {**context, "started_utc": cell.utc_now(), "environment_variables": measurement_environment()}
     try:
         provenance["lock_check"] = check_lock()
@@ -444,6 +503,8 @@ def job_run(job: dict, context: dict, body) -> cell.CellResult:
                                  cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
     else:
         result = cell.new_result(job, provenance, "ok")
+    if cache:
+        result.provenance["compile_cache"] = {**cache, "entries_after": compile_cache.entries(cache["folder"])}
     result.provenance["finished_utc"] = cell.utc_now()
     return result
 

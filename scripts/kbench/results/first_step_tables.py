@@ -1,0 +1,209 @@
+"""Time to the first useful step, side by side: per row and column, the cold run (its first repeat, an empty compile
+cache) and its warm twin (a fresh process whose framework's persistent cache the cold run filled,
+kbench.compile_cache), each in its parts (the framework's import, the model's build, the first step with what the
+framework reports of it), the programs it compiled, graph breaks, recompiles, cache hits, the step at which ms/step
+enters its steady band (kbench.timing.steady_step), and the steps a compiled column takes to pay its compile back
+against the eager column of its framework. A warm twin whose timed window differs from its cold run's beyond both
+intervals is flagged: the cache changed the program (an autotuner's other choice), not only its start.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kbench import cell, timing
+from kbench.results import plots, stats, tables
+
+TABLE = "first_step"
+LONG = "first_step_long.csv"
+OUTPUTS = [f"{TABLE}.{fmt}" for fmt in tables.FORMATS] + [LONG]
+PLOTS = [f"{TABLE}.{fmt}" for fmt in plots.FORMATS]
+WARM_DIFFERS = "warm window differs"
+PART_NAMES = {"trace_s": "trace", "lower_s": "lower", "compile_s": "compile", "backend_s": "backend"}
+
+
+def window_estimate(result: cell.CellResult) -> stats.Estimate:
+    row = result.row()
+    return stats.estimate([row["mean_ms"]], [row["block_means"]])
+
+
+def warm_differs(cold: cell.CellResult, warm: cell.CellResult, by: float) -> bool:
+    """A warm twin's timed window apart from its cold run's: both intervals apart (within-run intervals of the
+    blocks) and the means by more than `by` of the cold one's (two processes of one cell differ by a few percent
+    however they start: within-run intervals do not hold that spread)."""
+    a, b = window_estimate(cold), window_estimate(warm)
+    return stats.separate(a, b) and abs(b.ms - a.ms) > by * a.ms
+
+
+def line(result: cell.CellResult, state: str, band: float) -> dict:
+    """One run's time to its first step, in its parts, and where it became steady."""
+    row, found, timing_ = result.row(), result.first_step or {}, result.timing or {}
+    parts = found.get("parts") or {}
+    cache = found.get("cache") or {}
+    first_s = (row["first_step_ms"] or 0) / 1e3
+    before = [found.get("import_s"), found.get("build_s")]
+    steady = timing.steady_step(timing_.get("warmup_ms") or [], timing_.get("block_ms") or [],
+                                timing_.get("block_steps") or [], band)
+    return {**{k: row[k] for k in tables.ROW_KEYS}, "framework": row["framework"], "state": state,
+            "status": result.status,
+            "to_first_step_s": first_s + sum(before) if None not in before and result.status == "ok" else None,
+            "import_s": found.get("import_s"), "build_s": found.get("build_s"),
+            "first_step_s": first_s if result.status == "ok" else None,
+            **{name: parts.get(name) for name in PART_NAMES}, "reported_by": parts.get("reported_by"),
+            "programs": found.get("programs"), "graph_breaks": found.get("graph_breaks"),
+            "recompiles": found.get("recompiles"), "cache_hits": cache.get("cache_hits"),
+            "cache_misses": cache.get("cache_misses"), "cache_entries": cache.get("entries_after"),
+            # what the run added to its cache (a framework that counts no hits, TensorFlow: 0 added is all hits)
+            "cache_added": (cache["entries_after"] - cache["entries_before"]
+                            if cache.get("entries_after") is not None and cache.get("entries_before") is not None
+                            else None),
+            "cache_refused": "; ".join(cache.get("refused") or []) or None,
+            "steady_at_step": steady["steady_at_step"], "ms_per_step": row["mean_ms"]}
+
+
+def first_step_long(cold: list[cell.CellResult], warm: list[cell.CellResult], band: float,
+                    eager_twin: dict[str, str], differs_by: float = 0.1) -> pd.DataFrame:
+    """One line per cell and state (cold: each cell's first repeat; warm: its warm twin), with the warm-differs flag
+    and the payback against the eager twin."""
+    firsts = {r.cell_id: r for r in cold if r.repeat == 1}
+    lines = [line(r, "cold", band) for r in firsts.values()]
+    for result in warm:
+        entry = line(result, "warm", band)
+        twin = firsts.get(result.cell_id)
+        entry[WARM_DIFFERS] = bool(twin and twin.status == result.status == "ok" and warm_differs(twin, result, differs_by))
+        lines.append(entry)
+    long = pd.DataFrame(lines)
+    if long.empty:                  # the columns still, so a reader of an empty table finds them
+        return pd.DataFrame(columns=[*tables.ROW_KEYS, "framework", "state", "status", "to_first_step_s",
+                                     WARM_DIFFERS, "pays_back_after_steps"])
+    long[WARM_DIFFERS] = long.get(WARM_DIFFERS, pd.Series(False, index=long.index)).fillna(False).astype(bool)
+    long["pays_back_after_steps"] = [payback(long, entry, eager_twin) for _, entry in long.iterrows()]
+    return long
+
+
+def payback(long: pd.DataFrame, entry, eager_twin: dict[str, str]) -> str | None:
+    """The steps after which a compiled column's faster step has paid for its longer wait to the first step, against
+    its framework's eager column in the same row and state: ceil(extra wait / time saved per step); "never" where it
+    is not faster; None where it has no eager twin or either did not run."""
+    eager = eager_twin.get(entry["framework"])
+    if not eager or entry["status"] != "ok":
+        return None
+    same = long[(long.framework == eager) & (long.status == "ok")
+                & (long[tables.ROW_KEYS] == entry[tables.ROW_KEYS]).all(axis=1)]
+    other = same[same.state == "cold"]           # the eager column never compiles: its cold run is its only run
+    if other.empty or pd.isna(entry["to_first_step_s"]) or pd.isna(other.iloc[0]["to_first_step_s"]):
+        return None
+    other = other.iloc[0]
+    saved_ms = other["ms_per_step"] - entry["ms_per_step"]
+    extra_ms = (entry["to_first_step_s"] - other["to_first_step_s"]) * 1e3
+    if extra_ms <= 0:
+        return "at once"
+    if saved_ms <= 0:
+        return "never (not faster)"
+    return f"{math.ceil(extra_ms / saved_ms)}"
+
+
+def seconds(value) -> str:
+    return "" if value is None or pd.isna(value) else f"{value:.1f}" if value >= 0.1 else f"{value:.2f}"
+
+
+def cell_text(entry) -> str:
+    """A run as the wide table shows it: time to the first step, then its parts."""
+    if entry["status"] != "ok":
+        return entry["status"]
+    parts = [f"import {seconds(entry['import_s'])}", f"build {seconds(entry['build_s'])}",
+             f"first step {seconds(entry['first_step_s'])}"]
+    inner = [f"{name} {seconds(entry[key])}" for key, name in PART_NAMES.items() if pd.notna(entry.get(key))]
+    text = f"{seconds(entry['to_first_step_s'])} s ({', '.join(parts)}" + (f": {', '.join(inner)}" if inner else "")
+    text += ")"
+    counts = [f"{int(entry[k])} {name}" for k, name in (("programs", "programs"), ("graph_breaks", "breaks"),
+                                                         ("recompiles", "recompiles"), ("cache_hits", "cache hits"))
+              if pd.notna(entry.get(k))]
+    if pd.isna(entry.get("cache_hits")) and pd.notna(entry.get("cache_added")):
+        counts.append(f"{int(entry['cache_added'])} cache entries added")
+    if counts:
+        text += "; " + ", ".join(counts)
+    if pd.notna(entry.get("steady_at_step")):
+        text += f"; steady at step {int(entry['steady_at_step'])}"
+    paid = entry.get("pays_back_after_steps")
+    if isinstance(paid, str):
+        text += f"; pays back after {paid} steps" if paid.isdigit() else f"; pays back: {paid}"
+    if entry.get(WARM_DIFFERS):
+        text += f"; {WARM_DIFFERS} †"
+    return text
+
+
+def wide(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
+    """Row x column: "cold ... | warm ..." per cell."""
+    if long.empty:
+        return pd.DataFrame(columns=[*tables.ROW_KEYS, *frameworks]).set_index(tables.ROW_KEYS)
+    texts = {}
+    for keys, group in long.groupby([*tables.ROW_KEYS, "framework"], sort=False):
+        key, framework = tuple(keys[:-1]), keys[-1]
+        by_state = {entry["state"]: cell_text(entry) for _, entry in group.iterrows()}
+        texts.setdefault(key, {})[framework] = " | ".join(f"{state} {by_state[state]}" for state in ("cold", "warm")
+                                                          if state in by_state)
+    index = pd.MultiIndex.from_tuples(list(texts), names=tables.ROW_KEYS)
+    present = [f for f in frameworks if any(f in row for row in texts.values())]
+    return pd.DataFrame([[texts[k].get(f, "") for f in present] for k in texts], index=index, columns=present)
+
+
+NOTE = ("\ncold: the cell's first repeat, an empty compile cache; warm: a fresh process whose framework's persistent "
+        "compile cache the cold run filled. Seconds to the first step's return: the framework's import (its device "
+        "found), the model's build, the first step (with what the framework reports of it: JAX's trace, lower and "
+        "XLA compile; torch.compile's dynamo compile and its backend). Programs: graphs or XLA compiles by the first "
+        "step's end; recompiles: after it. Steady: the step from which ms/step stays in its band. Pays back: steps "
+        "until the compiled column's faster step has made up its longer wait, against its framework's eager column. "
+        "† the warm window differs from the cold one beyond both intervals and by more than first_step.warm_differs_by "
+        "(the cache changed the program, or the machine was not quiet).\n")
+
+
+def plot(long: pd.DataFrame, frameworks: list[str]):
+    """Cold and warm time to the first step per row: dots on a log axis with their values (plots.dots_per_row)."""
+    shown = long.rename(columns={"to_first_step_s": "value"})
+    return plots.dots_per_row(shown, frameworks, "value", "to the first step, s (log axis; values written)",
+                              series=("state", {"cold": "o", "warm": "D"}), scale=1e3)
+
+
+def build(cold: list[cell.CellResult], warm: list[cell.CellResult], frameworks: list[str], profile: str,
+          out_dir: Path, plots_dir: Path | None, band: float, eager_twin: dict[str, str],
+          differs_by: float) -> pd.DataFrame:
+    """The tables into out_dir, the plot into plots_dir (None: no plot; an archive's check rebuilds the tables)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    long = first_step_long(cold, warm, band, eager_twin, differs_by)
+    long.to_csv(out_dir / LONG, index=False)
+    tables.write(wide(long, frameworks), out_dir, TABLE, profile, note=NOTE)
+    if plots_dir is not None:
+        plots_dir.mkdir(parents=True, exist_ok=True)
+        figure = plot(long, frameworks)
+        for fmt in plots.FORMATS:
+            # fixed metadata: the same records give byte-identical files
+            figure.savefig(plots_dir / f"{TABLE}.{fmt}", dpi=110,
+                           metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
+    return long
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--plots", required=True, type=Path)
+    parser.add_argument("--steady-band", type=float, required=True)
+    parser.add_argument("--eager-twin", type=json.loads, required=True, help="JSON {compiled column: eager column}")
+    parser.add_argument("--warm-differs-by", type=float, required=True)
+    parser.add_argument("--warm", action="append", default=[], help="a warm twin's record (once per record)")
+    parser.add_argument("results", nargs="+", help="the cells' records (every repeat)")
+    args = parser.parse_args(argv)
+    build([cell.read(p) for p in args.results], [cell.read(p) for p in args.warm], tables.comma_list(args.frameworks),
+          args.profile, args.out, args.plots, args.steady_band, args.eager_twin, args.warm_differs_by)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Does a warm compile cache touch the number a cell reports? For each compiled column, the same tiny cell in fresh
+processes, cold (an empty persistent compile cache) and warm (a copy of the first cold run's cache,
+kbench.compile_cache), alternating (cold, warm, warm, cold, ...: drift hits both alike), each in its column's image as
+the workflow runs it. Per column: the timed window's ms/step of each side, their 95% intervals over the processes, the
+ratio warm / cold and Welch's p, and the first step's median on each side. Within noise (intervals overlapping) is the
+target: a warm cell loads the cold run's programs, it does not time others.
+
+    .venv/bin/python scripts/check_warm_window.py --images results [--frameworks keras3-jax,native-torch-compiled
+        --model bert --task fit --batch 8 --pairs 2 --runtime podman]
+
+--images: the results folder of a run whose environment records (images/ for podman, environments/ for host) the
+cells start from. Exit 1 where a column's sides are apart (or a run failed).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from kbench.host import REPO
+from kbench.results import stats
+
+COMPILED = "native-torch-compiled,keras2,keras3-tensorflow,keras3-jax,keras3-torch"
+
+
+def order(pairs: int) -> list[str]:
+    """cold first (it fills the cache the warm runs copy), then warm, warm, cold, cold, warm, ...: `pairs` of each."""
+    sides = [side for i in range(pairs) for side in (("cold", "warm") if i % 2 == 0 else ("warm", "cold"))]
+    return sides
+
+
+def column(config: dict, args, framework: str, folder: Path) -> bool:
+    from kbench import runtimes
+    from kbench.plan import matrix
+    from kbench.run import launch
+    precision = config["model_defs"][args.model]["precisions"][0]
+    spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, framework, "strict")
+    spec = spec.replace(steps=dataclasses.replace(spec.steps, breakdown=0))
+    record = Path(args.images) / runtimes.resolve(args.runtime).record_path(matrix.stack_of(config, framework), "cpu")
+    timed, first, seed = {"cold": [], "warm": []}, {"cold": [], "warm": []}, None
+    for i, side in enumerate(order(args.pairs)):
+        out = folder / framework / f"{i}-{side}.r1.json"
+        result = launch.run_cell(spec, args.runtime, record, out, out.with_suffix(".log"),
+                                 launch.Options(timeout_s=3600, cache_from=() if side == "cold" else (str(seed),)))
+        state = ((result.first_step or {}).get("cache") or {}).get("state")
+        if result.status != "ok" or state != side:
+            print(f"{framework} {side}: {result.text()} (cache {state})", file=sys.stderr)
+            return False
+        seed = seed or out
+        timed[side].append(result.timing["mean_ms"])
+        first[side].append(result.timing["first_step_ms"])
+        print(f"  {framework} {i + 1}: {side} {result.timing['mean_ms']:.2f} ms/step, first step "
+              f"{result.timing['first_step_ms'] / 1e3:.1f} s", flush=True)
+    cold, warm = (stats.estimate(timed[s], []) for s in ("cold", "warm"))
+    within = not stats.separate(cold, warm)
+    print(f"{framework} {spec.model} {spec.task} bs{spec.batch_size}: timed ms/step cold {cold.ms:.2f} "
+          f"[{cold.low:.2f}, {cold.high:.2f}], warm {warm.ms:.2f} [{warm.low:.2f}, {warm.high:.2f}] over {args.pairs} "
+          f"processes each; ratio warm / cold {warm.ms / cold.ms:.3f}, Welch p "
+          f"{stats.welch_p(timed['cold'], timed['warm']):.2f}: "
+          + ("within noise (the intervals overlap)" if within else "NOT within noise (the intervals are apart)")
+          + f"; first step cold {statistics.median(first['cold']) / 1e3:.1f} s, warm "
+            f"{statistics.median(first['warm']) / 1e3:.1f} s", flush=True)
+    return within
+
+
+def run(args) -> int:
+    import yaml
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["accelerator"] = "cpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        verdicts = [column(config, args, framework, Path(tmp)) for framework in args.frameworks.split(",")]
+    return 0 if all(verdicts) else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", required=True, help="a run's results folder (its environment records)")
+    parser.add_argument("--frameworks", default=COMPILED, help="compiled columns, comma-separated")
+    parser.add_argument("--model", default="bert")
+    parser.add_argument("--task", default="fit")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--pairs", type=int, default=2, help="processes per side (at least 2)")
+    parser.add_argument("--runtime", default="podman")
+    args = parser.parse_args(argv)
+    if args.pairs < 2:
+        parser.error("--pairs: at least 2 processes per side, for an interval")
+    return run(args)

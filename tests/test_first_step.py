@@ -1,0 +1,220 @@
+"""Time to the first useful step: the steady-state detector, the compile cache's key and its cold and warm runs
+(the synthetic stack "compiles" into its persistent cache: kbench.adapters.synthetic.Compiler), the warm-differs flag,
+the payback against the eager column, and the table a reader sees."""
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kbench import cell, compile_cache, timing
+from kbench.report import explanations
+from kbench.results import first_step_tables
+from kbench.run import launch
+from kbench.spec import CellSpec
+from test_launch import driver_environment, synthetic_spec  # noqa: F401 (a fixture)
+
+# ---------------------------------------------------------------- the steady-state detector
+
+
+@pytest.mark.parametrize("warmup, blocks, expected", [
+    ([30000.0, 101.0, 99.0], [100.0, 98.0, 101.0, 99.0, 100.0], 2),     # a compile in the first step: steady at 2
+    ([30000.0, 400.0, 250.0], [100.0, 98.0, 101.0, 99.0, 100.0], 4),    # an autotuner warming over the warm-up
+    ([100.0, 99.0, 101.0], [100.0, 98.0, 101.0, 99.0, 100.0], 1),      # an eager column: steady from the start
+    ([30000.0, 100.0, 300.0], [100.0, 98.0, 101.0, 99.0, 100.0], 4),     # one slow step between: two in a row needed
+])
+def test_the_steady_step_is_where_two_points_in_a_row_enter_the_band(warmup, blocks, expected):
+    found = timing.steady_step(warmup, [b * 4 for b in blocks], [4] * len(blocks), band=0.1)
+    assert found["steady_at_step"] == expected
+    low, high = found["band_ms"]
+    assert low == pytest.approx(90.0) and high == pytest.approx(110.0)
+
+
+def test_the_steady_step_counts_a_block_as_its_first_step():
+    """The window's blocks stand for their steps: a window that settles only in its second block is steady at the
+    second block's first step (3 warm-up steps, blocks of 4: step 8)."""
+    blocks = [200.0, 100.0, 101.0, 99.0, 100.0]
+    found = timing.steady_step([30000.0, 300.0, 250.0], [b * 4 for b in blocks], [4] * 5, band=0.1)
+    assert found["steady_at_step"] == 8
+
+
+def test_a_window_that_never_settles_has_no_steady_step_inside_its_own_spread():
+    """Where the blocks spread wider than the band, the band is 3 scaled MADs: a noisy window is not called
+    unsteady, and a first step far outside it is still not steady."""
+    blocks = [100.0, 160.0, 70.0, 130.0, 90.0]
+    found = timing.steady_step([5000.0], blocks, [1] * 5, band=0.1)
+    assert found["band_ms"][1] - found["band_ms"][0] > 0.2 * 100
+    assert found["steady_at_step"] == 2
+    assert timing.steady_step([], [], [], 0.1) == {"steady_at_step": None, "band_ms": None}
+
+
+def test_no_point_in_the_band_means_no_steady_step():
+    assert timing.steady_step([5000.0], [100.0, 100.0], [1, 1], band=0.1, run=3)["steady_at_step"] == 2
+    assert timing.steady_step([5000.0, 4000.0], [100.0], [1], band=0.1, run=2)["steady_at_step"] == 3
+
+
+# ---------------------------------------------------------------- the cache's key
+
+
+def test_a_cache_is_refused_from_another_lock_another_image_or_a_failed_run():
+    own = {"status": "ok", "lock_sha256": "sha256:a", "image_id": "img1"}
+    assert compile_cache.refusal(dict(own), own) is None
+    assert "another lock" in compile_cache.refusal({**own, "lock_sha256": "sha256:b"}, own)
+    assert "another image" in compile_cache.refusal({**own, "image_id": "img2"}, own)
+    assert "ended failed" in compile_cache.refusal({**own, "status": "failed"}, own)
+
+
+def test_each_compiled_framework_has_its_cache_and_an_uncompiled_cell_none():
+    def spec(adapter, jit, env=None):
+        return CellSpec.from_dict({**synthetic_spec().to_dict(), "framework_def": {"stack": "s", "adapter": adapter,
+                                                                                   "env": env or {}, "jit_compile": jit},
+                                   "env": env or {}, "settings": {"tf32": "off", "warmup": 1, "jit_compile": jit}})
+    assert compile_cache.has_cache(spec("native_torch", True))
+    assert not compile_cache.has_cache(spec("native_torch", False))
+    assert compile_cache.why_none(spec("native_torch", False)) == "not compiled"
+    assert not compile_cache.has_cache(spec("paddle", True))
+    assert "Paddle has no persistent cache" in compile_cache.why_none(spec("paddle", True))
+    jax = spec("keras3", True, {"KERAS_BACKEND": "jax"})
+    assert compile_cache.env(jax.framework_def, jax.env, "/c")["JAX_COMPILATION_CACHE_DIR"] == "/c"
+    tf = spec("keras3", True, {"KERAS_BACKEND": "tensorflow", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2"})
+    assert compile_cache.env(tf.framework_def, tf.env, "/c")["TF_XLA_FLAGS"] == (
+        "--tf_xla_auto_jit=2 --tf_xla_persistent_cache_directory=/c")
+    assert compile_cache.beside("x/keras3-jax.r1.json") == Path("x/keras3-jax.r1.cache")
+
+
+# ---------------------------------------------------------------- cold and warm, for real (the synthetic stack)
+
+
+def compiled_spec(**options) -> CellSpec:
+    spec = synthetic_spec(timed=10, compile_ms=600, **options)
+    return spec.replace(settings={**spec.settings, "jit_compile": True},
+                        framework_def={**spec.framework_def, "jit_compile": True})
+
+
+def run(tmp_path, environment, spec, name, cache_from):
+    return launch.run_cell(spec, "host", environment, tmp_path / f"{name}.json", tmp_path / f"{name}.log",
+                           launch.Options(timeout_s=60, cache_from=cache_from))
+
+
+def test_a_cold_run_keeps_its_cache_and_its_warm_twin_starts_from_a_copy(tmp_path, driver_environment):
+    spec = compiled_spec()
+    cold = run(tmp_path, driver_environment, spec, "c.r1", ())
+    assert cold.status == "ok", cold.error
+    kept = tmp_path / "c.r1.cache"
+    assert kept.is_dir() and compile_cache.entries(kept) == 1
+    found = cold.first_step
+    assert found["cache"]["state"] == "cold" and found["cache"]["entries_before"] == 0
+    assert found["cache"]["cache_misses"] == 1 and found["cache"]["cache_hits"] == 0
+    assert found["programs"] == 1 and found["recompiles"] == 0
+    assert found["import_s"] >= 0 and found["build_s"] >= 0
+    assert cold.timing["first_step_ms"] > 600                      # it compiled in its first step
+    warm = run(tmp_path, driver_environment, spec, "c.r1.warm", (str(tmp_path / "c.r1.json"),))
+    assert warm.status == "ok", warm.error
+    cache = warm.first_step["cache"]
+    assert cache["state"] == "warm" and cache["seeded_from"][0].endswith("/c.r1.json") and cache["entries_before"] == 1
+    assert cache["cache_hits"] == 1 and cache["cache_misses"] == 0
+    assert warm.timing["first_step_ms"] < 300                       # it loaded the program instead
+    assert not (tmp_path / "c.r1.warm.cache").exists()              # a warm run's copy is not kept
+    assert warm.provenance["compile_cache"]["state"] == "warm"
+
+
+def test_a_warm_run_whose_source_ran_in_another_lock_runs_cold_and_says_why(tmp_path, driver_environment):
+    spec = compiled_spec()
+    run(tmp_path, driver_environment, spec, "c.r1", ())
+    source = cell.read(tmp_path / "c.r1.json")
+    source.provenance["environment"]["lock_sha256"] = "sha256:another"
+    source.write(tmp_path / "c.r1.json")
+    warm = run(tmp_path, driver_environment, spec, "c.r1.warm", (str(tmp_path / "c.r1.json"),))
+    cache = warm.first_step["cache"]
+    assert cache["state"] == "cold" and cache["cache_hits"] == 0 and cache["cache_misses"] == 1
+    assert "another lock" in cache["refused"][0]
+    assert warm.timing["first_step_ms"] > 600
+
+
+def test_a_cell_without_a_cache_records_none(tmp_path, driver_environment):
+    result = run(tmp_path, driver_environment, synthetic_spec(), "e.r1", None)
+    assert result.status == "ok" and result.first_step["cache"] is None
+    assert not (tmp_path / "e.r1.cache").exists()
+
+
+# ---------------------------------------------------------------- the table
+
+
+def record(framework, state, first_ms, mean_ms, blocks, import_s=1.0, build_s=0.5, jit=True, hits=None):
+    spec = synthetic_spec().to_dict()
+    spec.update(framework=framework, cell_id=f"test/strict/synthetic/fit/bs4/float32/{framework}",
+                model="synthetic", precision="float32")
+    result = cell.new_result(spec, {"runtime": "host"}, "ok")
+    result.timing = {"n": 20, "mean_ms": mean_ms, "first_step_ms": first_ms, "warmup_ms": [first_ms, mean_ms],
+                     "block_ms": [b * 4 for b in blocks], "block_steps": [4] * len(blocks),
+                     "step_ms": [mean_ms] * 20}
+    result.first_step = {"import_s": import_s, "build_s": build_s, "programs": 2 if jit else 0, "recompiles": 0,
+                         "graph_breaks": 0, "parts": {"reported_by": "x", "compile_s": first_ms / 1e3 * 0.9} if jit
+                         else None,
+                         "cache": {"state": state, "cache_hits": hits, "cache_misses": 0} if jit else None}
+    return result
+
+
+STEADY = [100.0, 101.0, 99.0, 100.0, 100.0]
+
+
+def test_a_warm_twin_whose_window_differs_beyond_both_intervals_is_flagged():
+    cold = record("c", "cold", 30000.0, 100.0, STEADY)
+    same = record("c", "warm", 3000.0, 100.4, [100.5, 100.0, 101.0, 100.2, 100.3], hits=2)
+    slower = record("c", "warm", 3000.0, 130.0, [130.0, 131.0, 129.0, 130.0, 130.0], hits=2)
+    assert not first_step_tables.warm_differs(cold, same, 0.1)
+    assert first_step_tables.warm_differs(cold, slower, 0.1)
+    assert not first_step_tables.warm_differs(cold, slower, 0.35)       # apart, but by less than the floor
+    assert not first_step_tables.warm_differs(cold, record("c", "warm", 3000.0, 130.0, [100.0, 170.0, 90.0, 160.0,
+                                                                                         130.0]), 0.1)  # overlapping
+    long = first_step_tables.first_step_long([cold], [slower], 0.1, {})
+    warm_line = long[long.state == "warm"].iloc[0]
+    assert bool(warm_line[first_step_tables.WARM_DIFFERS])
+    assert "warm window differs" in first_step_tables.cell_text(warm_line)
+    assert "pays back" not in first_step_tables.cell_text(warm_line)      # no eager twin: nothing said
+
+
+def test_the_compile_pays_back_after_its_extra_wait_over_the_time_it_saves_per_step():
+    """Compiled: 1.5 s + 30 s to its first step at 60 ms/step; eager: 1.5 s + 0.2 s at 100 ms/step: 29.8 s more wait,
+    40 ms saved a step: 745 steps. Warm (3 s first step): 2.8 s / 40 ms = 70 steps."""
+    eager = record("eager", None, 200.0, 100.0, STEADY, jit=False)
+    compiled = record("compiled", "cold", 30000.0, 60.0, [60.0] * 5)
+    warm = record("compiled", "warm", 3000.0, 60.0, [60.0] * 5, hits=2)
+    long = first_step_tables.first_step_long([eager, compiled], [warm], 0.1, {"compiled": "eager"})
+    by = {(e.framework, e.state): e for e in long.itertuples()}
+    assert by[("compiled", "cold")].pays_back_after_steps == "745"
+    assert by[("compiled", "warm")].pays_back_after_steps == "70"
+    assert pd.isna(by[("eager", "cold")].pays_back_after_steps)
+    slower = record("compiled", "cold", 30000.0, 120.0, [120.0] * 5)
+    long = first_step_tables.first_step_long([eager, slower], [], 0.1, {"compiled": "eager"})
+    assert long[long.framework == "compiled"].iloc[0].pays_back_after_steps == "never (not faster)"
+
+
+def test_the_table_shows_cold_and_warm_with_their_parts(tmp_path):
+    cold = record("c", "cold", 30000.0, 100.0, STEADY)
+    warm = record("c", "warm", 3000.0, 100.0, STEADY, hits=2)
+    long = first_step_tables.build([cold], [warm], ["c"], "strict", tmp_path / "t", tmp_path / "p", 0.1, {}, 0.1)
+    assert list(long.state) == ["cold", "warm"]
+    assert long.iloc[0].to_first_step_s == pytest.approx(31.5)
+    text = (tmp_path / "t" / "first_step.md").read_text()
+    assert "cold 31.5 s (import 1.0, build 0.5, first step 30.0: compile 27.0)" in text
+    assert "warm 4.5 s" in text and "2 cache hits" in text and "steady at step 2" in text
+    assert (tmp_path / "p" / "first_step.png").stat().st_size > 0
+
+
+def test_the_compile_cost_verdict_holds_within_the_steps_and_fails_beyond():
+    """745 steps to pay back (cold) against the anchor's 100 timed steps: does not hold; 70 (warm) alone: holds."""
+    eager = record("eager", None, 200.0, 100.0, STEADY, jit=False)
+    compiled = record("compiled", "cold", 30000.0, 60.0, [60.0] * 5)
+    warm = record("compiled", "warm", 3000.0, 60.0, [60.0] * 5, hits=2)
+    claim = {"steps": 100, "quote": "q"}
+    long = first_step_tables.first_step_long([eager, compiled], [warm], 0.1, {"compiled": "eager"})
+    verdict, rests_on = explanations.pays_back_within(claim, long)
+    assert verdict == "does not hold" and "pays back after 745 steps" in rests_on and "after 70 steps" in rests_on
+    verdict, _ = explanations.pays_back_within(claim, long[long.state == "warm"])
+    assert verdict == "holds"
+    verdict, _ = explanations.pays_back_within({**claim, "steps": 745}, long)
+    assert verdict == "holds"                                   # exactly at the limit pays back within it
+    verdict, why = explanations.pays_back_within(claim, first_step_tables.first_step_long([eager], [], 0.1, {}))
+    assert verdict == "not measured here" and "eager_twin" in why
