@@ -218,3 +218,36 @@ def test_the_compile_cost_verdict_holds_within_the_steps_and_fails_beyond():
     assert verdict == "holds"                                   # exactly at the limit pays back within it
     verdict, why = explanations.pays_back_within(claim, first_step_tables.first_step_long([eager], [], 0.1, {}))
     assert verdict == "not measured here" and "eager_twin" in why
+
+
+# ---------------------------------------------------------------- the plan: which runs start from which caches
+
+
+def tiny_config(**first_step):
+    from conftest import CONFIG
+    return {**CONFIG, "accelerator": "cpu", "models": ["bert"], "precisions": ["float32"],
+            "first_step": {**CONFIG["first_step"], **first_step}}
+
+
+def test_warm_twins_are_the_compiled_cells_with_a_cache_and_the_patterns_narrow_them():
+    from kbench.plan import matrix
+    every = {(c.framework, c.task) for c in matrix.warm_cells(tiny_config(), "tiny")}
+    assert every == {(f, t) for f in ("native-torch-compiled", "keras2", "keras3-tensorflow", "keras3-jax",
+                                      "keras3-torch") for t in ("fit", "predict")}   # not eager, not Paddle's
+    narrowed = tiny_config(warm_cells=[{"framework": "keras3-jax", "model": "bert", "task": "fit"}])
+    assert [(c.framework, c.task) for c in matrix.warm_cells(narrowed, "tiny")] == [("keras3-jax", "fit")]
+    assert matrix.warm_cells(tiny_config(warm_runs=False), "tiny") == []
+
+
+def test_repeat_one_is_cold_later_repeats_and_equivalence_jobs_start_from_its_cache():
+    from kbench.plan import matrix
+    config = tiny_config()
+    jax = next(c for c in matrix.cells(config, "tiny") if c.framework == "keras3-jax" and c.task == "fit")
+    eager = next(c for c in matrix.cells(config, "tiny") if c.framework == "native-torch-eager")
+    assert matrix.cache_sources(config, jax, 1) == [] and matrix.cache_sources(config, jax, 2) == [1]
+    assert matrix.cache_sources(config, eager, 2) is None
+    assert matrix.cache_sources(tiny_config(reuse_caches=False), jax, 2) == []
+    used = matrix.equivalence_cache_cells(config, "tiny", "strict", "bert", "keras3-jax")
+    assert sorted(c.task for c in used) == ["fit", "predict"]
+    assert matrix.equivalence_cache_cells(config, "tiny", "strict", "bert", "native-torch-eager") == []
+    assert matrix.equivalence_cache_cells(tiny_config(reuse_caches=False), "tiny", "strict", "bert", "keras3-jax") == []

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbench import timing
+from kbench import cell, timing
 
 # The annotation around the profiled steps, in every framework's trace: the breakdown's window
 MARKER = "kbench.steps"
@@ -283,8 +283,7 @@ def measure(step, sync, steps: int, trace, device: str, window_ms_per_step: floa
 def kept_trace(record: Path) -> Path:
     """Where a cell's record keeps its breakdown's trace: beside it (x.r1.json -> x.r1.trace.json.gz), as the
     launcher moves the cell's result.* out of its staging folder."""
-    record = Path(record)
-    return record.with_name(record.name.removesuffix(".json") + TRACE_NAME.removeprefix("result"))
+    return cell.beside(record, TRACE_NAME)
 
 
 def keep(path: Path, folder: Path | None) -> dict:

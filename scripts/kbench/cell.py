@@ -14,12 +14,25 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from kbench.spec import CellSpec
 from kbench import files
 
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "failed", "unsupported", "oom")
+STAGED = "result"        # a cell process writes result.json in its staging folder, and beside it result.<x>
+
+
+def beside(record: str | os.PathLike, staged: str) -> Path:
+    """Where a file the cell process wrote beside its result (staged: result.<x>) is kept beside its record, as the
+    launcher moves it out of the staging folder: x.r1.json -> x.r1.<x> (a trace, a compile cache)."""
+    record = Path(record)
+    return record.with_name(record.stem + staged.removeprefix(STAGED))
+
+
+# what a framework's compile counters call a compiled program (torch and Paddle: graphs; JAX: XLA compiles)
+PROGRAMS = ("graphs", "xla_compiles")
 # a compiled cell's warm twin (rule warm_cell) beside its record: <cell>.r<repeat>.warm.json
 WARM_SUFFIX = ".warm.json"
 # Older records a reader still accepts, and what each lacks: an archive made before a field existed stays readable.
@@ -162,7 +175,7 @@ class CellResult:
             "slowdowns": ", ".join(energy.get("slowdowns") or []), "power_capped": energy.get("power_capped"),
             # the framework's compile counters (runner.Window): what compiled inside the window, graph breaks
             "jit_compiled": evidence.get("jit_compile"),
-            "compiles_in_window": sum(in_window.get(k, 0) for k in ("graphs", "xla_compiles")) if in_window else None,
+            "compiles_in_window": sum(in_window.get(k, 0) for k in PROGRAMS) if in_window else None,
             "graph_breaks": (before.get("graph_breaks", 0) + before.get("unsupported", 0)) if before else None,
             "cudagraph_skips": before.get("cudagraph_skips", 0) + in_window.get("cudagraph_skips", 0)
             if before else None,

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kbench import cell
+
 CACHE_SUFFIX = ".cache"          # beside a record: <stem>.cache/ (the launcher moves result.cache there)
+STAGED = "result" + CACHE_SUFFIX  # in the process's staging folder
 SEEN_AS = "KBENCH_COMPILE_CACHE"  # the cache folder as the cell process sees it (set by the launcher's payload)
 
 
@@ -88,8 +91,7 @@ def env(framework_def, own_env, folder: str) -> dict:
 
 def beside(record: str | os.PathLike) -> Path:
     """Where a cold run's cache is kept: beside its record (x.r1.json -> x.r1.cache)."""
-    record = Path(record)
-    return record.with_name(record.stem + CACHE_SUFFIX)
+    return cell.beside(record, STAGED)
 
 
 def entries(folder: str | os.PathLike | None) -> int | None:

@@ -41,7 +41,7 @@ from kbench.host import open_lock
 from kbench.runtimes import Options, Runtime
 
 REPO = host.REPO
-RESULT_NAME = "result.json"
+RESULT_NAME = cell.STAGED + ".json"
 STOP_GRACE_S = 10
 # The error type of a container the kernel OOM-killed (its runtime's State.OOMKilled): the record's status is oom, as
 # for a framework's own out-of-memory error, so the batch study's ladder stops there (ladder_stopped)
@@ -411,7 +411,7 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
         if cache and cache["state"] != "cold":   # only a cold run's cache is kept: a warm one holds copies of others'
             shutil.rmtree(staging / CACHE_NAME, ignore_errors=True)
         for made in sorted(staging.glob("result.*")):      # the record, and what was written beside it (arrays,
-            kept = out.with_name(out.stem + made.name.removeprefix("result"))    # a trace, the compile cache)
+            kept = cell.beside(out, made.name)        # a trace, the compile cache)
             if kept.is_dir():                   # an earlier run's cache: replaced whole
                 shutil.rmtree(kept)
             os.replace(made, kept)
@@ -425,7 +425,7 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-CACHE_NAME = "result" + compile_cache.CACHE_SUFFIX     # in the staging folder; kept beside the record as <stem>.cache
+CACHE_NAME = compile_cache.STAGED     # in the staging folder; kept beside the record as <stem>.cache
 
 
 def seed_cache(staging: Path, sources: tuple | None, environment: dict) -> dict | None:

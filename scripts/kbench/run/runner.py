@@ -150,10 +150,6 @@ def use_compile_cache(framework_def, own_env, context: dict) -> dict | None:
     return {**cache, "variables": sorted(variables)}
 
 
-# what a framework's compile counters call a compiled program (torch and Paddle: graphs; JAX: XLA compiles)
-PROGRAMS = ("graphs", "xla_compiles")
-
-
 class FirstStep:
     """Time to the first useful step, in its parts: the framework's import (with its device found), the model's build,
     the first step (its warm-up step 1) with what the framework itself reports of it (kbench.adapters.Backend
@@ -172,7 +168,7 @@ class FirstStep:
         self.last_counters = self.backend.compile_counters()
 
     def record(self) -> dict:
-        programs = lambda counters: sum(counters.get(k, 0) for k in PROGRAMS) if counters else None  # noqa: E731
+        programs = lambda counters: sum(counters.get(k, 0) for k in cell.PROGRAMS) if counters else None  # noqa: E731
         first, last = programs(self.first_counters), programs(self.last_counters)
         cache = None
         if self.cache:
