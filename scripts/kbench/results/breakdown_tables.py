@@ -165,10 +165,7 @@ PLOTS = ["time_by_kind.png", "time_by_kind.svg"]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
-    parser.add_argument("--profile", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--plots", required=True, type=Path)
+    tables.profile_arguments(parser)
     parser.add_argument("results", nargs="+")
     args = parser.parse_args(argv)
     build([cell.read(path) for path in args.results], tables.comma_list(args.frameworks), args.profile, args.out,

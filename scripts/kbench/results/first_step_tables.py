@@ -190,10 +190,7 @@ def build(cold: list[cell.CellResult], warm: list[cell.CellResult], frameworks: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
-    parser.add_argument("--profile", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--plots", required=True, type=Path)
+    tables.profile_arguments(parser)
     parser.add_argument("--steady-band", type=float, required=True)
     parser.add_argument("--eager-twin", type=json.loads, required=True, help="JSON {compiled column: eager column}")
     parser.add_argument("--warm-differs-by", type=float, required=True)

@@ -580,6 +580,15 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
                "(thermal, hardware slowdown, power brake), which also flag the cell's number (†) in ms_per_step.\n")
 
 
+def profile_arguments(parser) -> None:
+    """The arguments of a module that writes one profile's tables and plots: the column order, the profile, where the
+    tables and the plots go."""
+    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--plots", required=True, type=Path)
+
+
 def comma_list(text: str) -> list[str]:
     return [name for name in text.split(",") if name]     # "" (no Keras 3 column selected) -> []
 

@@ -19,22 +19,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kbench.host import REPO
 from kbench.results import stats
 
 
 def run(args) -> int:
-    import yaml
-    from kbench import runtimes
-    from kbench.plan import matrix
     from kbench.run import launch
-
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    config["accelerator"] = "cpu"
-    precision = config["model_defs"][args.model]["precisions"][0]
-    base = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, args.framework, "strict")
-    stack = matrix.stack_of(config, args.framework)
-    record = Path(args.images) / runtimes.resolve(args.runtime).record_path(stack, "cpu")
+    from kbench.studies import two_sides
+    base, record = two_sides.cell(two_sides.config(), args, args.framework)
     timed = {"on": [], "off": []}
     with tempfile.TemporaryDirectory() as tmp:
         order = [side for _ in range(args.pairs) for side in ("on", "off", "off", "on")][:2 * args.pairs]
@@ -61,16 +52,9 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
+    from kbench.studies import two_sides
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", required=True, help="a run's results folder (its environment records)")
+    two_sides.arguments(parser, pairs=3)
     parser.add_argument("--framework", default="native-torch-eager")
-    parser.add_argument("--model", default="bert")
-    parser.add_argument("--task", default="fit")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--pairs", type=int, default=3, help="processes per side (at least 2)")
     parser.add_argument("--steps", type=int, default=3, help="profiled steps with the breakdown on")
-    parser.add_argument("--runtime", default="podman")
-    args = parser.parse_args(argv)
-    if args.pairs < 2:
-        parser.error("--pairs: at least 2 processes per side, for an interval")
-    return run(args)
+    return run(two_sides.parse(parser, argv))

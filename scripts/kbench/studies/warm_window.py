@@ -20,7 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kbench.host import REPO
 from kbench.results import stats
 
 COMPILED = "native-torch-compiled,keras2,keras3-tensorflow,keras3-jax,keras3-torch"
@@ -33,13 +32,10 @@ def order(pairs: int) -> list[str]:
 
 
 def column(config: dict, args, framework: str, folder: Path) -> bool:
-    from kbench import runtimes
-    from kbench.plan import matrix
     from kbench.run import launch
-    precision = config["model_defs"][args.model]["precisions"][0]
-    spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, framework, "strict")
+    from kbench.studies import two_sides
+    spec, record = two_sides.cell(config, args, framework)
     spec = spec.replace(steps=dataclasses.replace(spec.steps, breakdown=0))
-    record = Path(args.images) / runtimes.resolve(args.runtime).record_path(matrix.stack_of(config, framework), "cpu")
     timed, first, seed = {"cold": [], "warm": []}, {"cold": [], "warm": []}, None
     for i, side in enumerate(order(args.pairs)):
         out = folder / framework / f"{i}-{side}.r1.json"
@@ -67,24 +63,16 @@ def column(config: dict, args, framework: str, folder: Path) -> bool:
 
 
 def run(args) -> int:
-    import yaml
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    config["accelerator"] = "cpu"
+    from kbench.studies import two_sides
+    config = two_sides.config()
     with tempfile.TemporaryDirectory() as tmp:
         verdicts = [column(config, args, framework, Path(tmp)) for framework in args.frameworks.split(",")]
     return 0 if all(verdicts) else 1
 
 
 def main(argv=None) -> int:
+    from kbench.studies import two_sides
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", required=True, help="a run's results folder (its environment records)")
+    two_sides.arguments(parser, pairs=2)
     parser.add_argument("--frameworks", default=COMPILED, help="compiled columns, comma-separated")
-    parser.add_argument("--model", default="bert")
-    parser.add_argument("--task", default="fit")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--pairs", type=int, default=2, help="processes per side (at least 2)")
-    parser.add_argument("--runtime", default="podman")
-    args = parser.parse_args(argv)
-    if args.pairs < 2:
-        parser.error("--pairs: at least 2 processes per side, for an interval")
-    return run(args)
+    return run(two_sides.parse(parser, argv))
