@@ -251,3 +251,20 @@ def test_repeat_one_is_cold_later_repeats_and_equivalence_jobs_start_from_its_ca
     assert sorted(c.task for c in used) == ["fit", "predict"]
     assert matrix.equivalence_cache_cells(config, "tiny", "strict", "bert", "native-torch-eager") == []
     assert matrix.equivalence_cache_cells(tiny_config(reuse_caches=False), "tiny", "strict", "bert", "keras3-jax") == []
+
+
+def test_the_first_steps_parts_are_what_the_framework_spent_within_it_not_since_its_import():
+    """Keras traces functions as it builds a model: the first step's trace and compile are what was added after the
+    build; hit and miss counts are those by the first step's end."""
+    from types import SimpleNamespace
+    from kbench.run.runner import FirstStep
+    reports = iter([{"reported_by": "x", "trace_s": 3.0, "compile_s": 1.0, "cache_hits": 2},
+                    {"reported_by": "x", "trace_s": 3.5, "compile_s": 6.0, "cache_hits": 5}])
+    first = FirstStep(SimpleNamespace(compile_times=lambda: next(reports), compile_counters=lambda: {"graphs": 1}),
+                      None, import_s=1.0)
+    first.before_steps()
+    first.after_step(1)
+    first.after_window()
+    parts = first.record()["parts"]
+    assert parts == {"reported_by": "x", "trace_s": 0.5, "compile_s": 5.0, "cache_hits": 5}
+    assert FirstStep(SimpleNamespace(compile_times=dict, compile_counters=dict), None, 0.0).first_step_parts() is None
