@@ -268,3 +268,15 @@ def test_the_first_steps_parts_are_what_the_framework_spent_within_it_not_since_
     parts = first.record()["parts"]
     assert parts == {"reported_by": "x", "trace_s": 0.5, "compile_s": 5.0, "cache_hits": 5}
     assert FirstStep(SimpleNamespace(compile_times=dict, compile_counters=dict), None, 0.0).first_step_parts() is None
+
+
+def test_retry_failed_names_a_failed_warm_twin_too(tmp_path):
+    from kbench.run import recover
+    paths = {}
+    for name, status, rule in (("a.r1.json", "failed", "cell"), ("a.r1.warm.json", "failed", "warm_cell"),
+                               ("b.r1.warm.json", "ok", "warm_cell"), ("t.csv", "failed", "tables")):
+        paths[name] = tmp_path / name
+        paths[name].write_text(json.dumps({"status": status}))
+    summary = "\n".join(f"{paths[n]}\t-\t{rule}\tok" for n, rule in (("a.r1.json", "cell"), ("a.r1.warm.json",
+                        "warm_cell"), ("b.r1.warm.json", "warm_cell"), ("t.csv", "tables")))
+    assert recover.failed_cells(summary) == [str(paths["a.r1.json"]), str(paths["a.r1.warm.json"])]

@@ -78,11 +78,12 @@ def summary(options: list[str]) -> subprocess.CompletedProcess:
 
 
 def failed_cells(summary_text: str) -> list[str]:
-    """The cell records in a --summary that say failed; a BadFile for one that is not a whole cell record."""
+    """The cell records (a warm twin's too) in a --summary that say failed; a BadFile for one that is not a whole
+    cell record."""
     found = []
     for line in summary_text.splitlines():
         fields = line.split("\t")
-        if len(fields) > 2 and fields[2] == "cell" and Path(fields[0]).is_file():
+        if len(fields) > 2 and fields[2] in ("cell", "warm_cell") and Path(fields[0]).is_file():
             record = files.load_json(fields[0], CELL)
             if not isinstance(record, dict):
                 raise files.BadFile(fields[0], f"a JSON {type(record).__name__}, not a cell record", CELL)
