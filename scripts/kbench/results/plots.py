@@ -107,20 +107,26 @@ def dots_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
                     continue
                 ax.plot([x], [shown], markers[name], color=f"C{frameworks.index(f)}", markersize=7,
                         fillstyle="full" if name == next(iter(markers)) else "none")
-                ax.annotate(duration_text(shown * scale), (x, shown), textcoords="offset points", xytext=(0, 7),
-                            ha="center", fontsize=7)
+                # the first series' value above its dot, the others' below theirs: close values side by side
+                # (cold and warm) do not print over each other
+                below = bool(column) and name != next(iter(markers))
+                ax.annotate(duration_text(shown * scale), (x, shown), textcoords="offset points",
+                            xytext=(0, -8 if below else 7), ha="center", va="top" if below else "baseline",
+                            fontsize=7)
         ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
         ax.set_xlim(-0.6, len(present) - 0.4)
         ax.set_title(row_label(*key), fontsize=9)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_yscale("log")
-        ax.margins(y=0.25)
+        ax.margins(y=0.3)
     if column and rows:
         handles = [plt.Line2D([], [], marker=m, linestyle="", color="grey",
                               fillstyle="full" if i == 0 else "none", label=str(name))
                    for i, (name, m) in enumerate(markers.items())]
-        fig.legend(handles=handles, loc="upper right", fontsize=8)
-    fig.tight_layout()
+        fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8)
+        fig.tight_layout(rect=(0, 0, 1, 0.95))          # the legend above the panels, not over one
+    else:
+        fig.tight_layout()
     return fig
 
 
