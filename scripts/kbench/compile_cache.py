@@ -18,7 +18,6 @@ from kbench import cell
 
 CACHE_SUFFIX = ".cache"          # beside a record: <stem>.cache/ (the launcher moves result.cache there)
 STAGED = "result" + CACHE_SUFFIX  # in the process's staging folder
-SEEN_AS = "KBENCH_COMPILE_CACHE"  # the cache folder as the cell process sees it (set by the launcher's payload)
 
 
 @dataclass(frozen=True)
