@@ -203,6 +203,21 @@ def test_the_table_shows_cold_and_warm_with_their_parts(tmp_path):
     assert (tmp_path / "p" / "first_step.png").stat().st_size > 0
 
 
+def test_a_compiled_cell_whose_framework_keeps_no_cache_says_why_it_has_no_warm_run():
+    def compiled(framework, adapter, jit):
+        result = record(framework, "cold", 30000.0, 100.0, STEADY, jit=jit)
+        result.spec["framework_def"] = {**result.spec["framework_def"], "adapter": adapter}
+        result.spec["settings"] = {**result.spec["settings"], "jit_compile": jit}
+        return result
+    static = compiled("static", "paddle", True)        # compiles, but Paddle keeps nothing across processes
+    dygraph = compiled("dygraph", "paddle", False)     # does not compile: nothing to say
+    cached = compiled("cached", "synthetic", True)     # has a cache; its twin simply did not run
+    shown = first_step_tables.wide(first_step_tables.first_step_long([static, dygraph, cached], [], 0.1, {}),
+                                   ["static", "dygraph", "cached"]).iloc[0]
+    assert shown["static"].endswith(f"| warm n/a: {compile_cache.NO_CACHE['paddle']}")
+    assert "warm" not in shown["dygraph"] and "warm" not in shown["cached"]
+
+
 def test_the_compile_cost_verdict_holds_within_the_steps_and_fails_beyond():
     """745 steps to pay back (cold) against the anchor's 100 timed steps: does not hold; 70 (warm) alone: holds."""
     eager = record("eager", None, 200.0, 100.0, STEADY, jit=False)

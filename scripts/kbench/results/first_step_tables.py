@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell, timing
+from kbench import cell, compile_cache, timing
 from kbench.results import plots, stats, tables
 
 TABLE = "first_step"
@@ -63,7 +63,17 @@ def line(result: cell.CellResult, state: str, band: float) -> dict:
                             if cache.get("entries_after") is not None and cache.get("entries_before") is not None
                             else None),
             "cache_refused": "; ".join(cache.get("refused") or []) or None,
-            "steady_at_step": steady["steady_at_step"], "ms_per_step": row["mean_ms"]}
+            "steady_at_step": steady["steady_at_step"], "ms_per_step": row["mean_ms"],
+            "no_warm_because": no_warm_because(result)}
+
+
+def no_warm_because(result: cell.CellResult) -> str | None:
+    """Why a compiled cell can have no warm twin: its framework keeps no persistent compile cache (None: it does, or
+    the cell does not compile)."""
+    spec = result.cell_spec
+    if not spec.settings.get("jit_compile") or compile_cache.has_cache(spec):
+        return None
+    return compile_cache.why_none(spec)
 
 
 def first_step_long(cold: list[cell.CellResult], warm: list[cell.CellResult], band: float,
@@ -146,8 +156,11 @@ def wide(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     for keys, group in long.groupby([*tables.ROW_KEYS, "framework"], sort=False):
         key, framework = tuple(keys[:-1]), keys[-1]
         by_state = {entry["state"]: cell_text(entry) for _, entry in group.iterrows()}
-        texts.setdefault(key, {})[framework] = " | ".join(f"{state} {by_state[state]}" for state in ("cold", "warm")
-                                                          if state in by_state)
+        shown = [f"{state} {by_state[state]}" for state in ("cold", "warm") if state in by_state]
+        why = group["no_warm_because"].dropna()
+        if not why.empty:      # a framework without a persistent cache: no warm twin
+            shown.append(f"warm n/a: {why.iloc[0]}")
+        texts.setdefault(key, {})[framework] = " | ".join(shown)
     index = pd.MultiIndex.from_tuples(list(texts), names=tables.ROW_KEYS)
     present = [f for f in frameworks if any(f in row for row in texts.values())]
     return pd.DataFrame([[texts[k].get(f, "") for f in present] for k in texts], index=index, columns=present)
