@@ -4,6 +4,7 @@ no container, no network). A unit test that starts the Snakemake CLI fails: plan
 mark the test `workflow`."""
 import copy
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,17 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 TIERS = ("unit", "workflow", "e2e")
 _running = {"tier": None}
+
+
+def copy_from_repo(dst: Path, *names: str) -> Path:
+    """The repository's files and folders by name into dst, without bytecode caches: another test worker may be
+    writing a .pyc there (a temporary name, then a rename) while the copy lists the folder."""
+    for name in names:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, dst / name)
+    return dst
 
 
 def tier_of(item) -> str:

@@ -1,10 +1,9 @@
 """Every bad config gets one short message before any job: the file and line or the key path, the bad value, what is
 allowed. The table below is the list of bad inputs tried, each with the message it must get."""
-import shutil
 
 import pytest
 
-from conftest import CONFIG, REPO, snakemake
+from conftest import CONFIG, REPO, copy_from_repo, snakemake
 from dag import plan
 from kbench.plan import config_check
 
@@ -21,8 +20,7 @@ def test_shipped_config_is_valid(config):
 
 def lock_with(tmp_path, edit):
     """A copy of the repo's envs/ whose keras3-jax cpu lock is edited, for the checks that read locks."""
-    shutil.copytree(REPO / "envs", tmp_path / "envs")
-    shutil.copytree(REPO / "scripts", tmp_path / "scripts")
+    copy_from_repo(tmp_path, "envs", "scripts")
     lock = tmp_path / "envs" / "keras3-jax.cpu.lock"
     lock.write_text(edit(lock.read_text()))
     return tmp_path
@@ -161,11 +159,17 @@ def test_yaml_errors_name_the_file_and_line(tmp_path, text, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+def test_a_workflow_copy_leaves_the_bytecode_caches_behind(tmp_path):
+    """Another worker may be renaming a .pyc into scripts/ while a copy lists it: the copy takes no __pycache__."""
+    assert any((REPO / "scripts").rglob("__pycache__")), "this process imported kbench from scripts/"
+    copy = workflow_copy(tmp_path)
+    assert (copy / "scripts" / "kbench" / "plan" / "config_check.py").is_file()
+    assert not any((copy / "scripts").rglob("__pycache__"))
+
+
 def workflow_copy(tmp_path):
-    for name in ("Snakefile", "config.yaml", "rules", "schemas", "envs", "scripts", "containers", "report",
-                 "profiles"):
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, tmp_path / name)
-    return tmp_path
+    return copy_from_repo(tmp_path, "Snakefile", "config.yaml", "rules", "schemas", "envs", "scripts", "containers",
+                          "report", "profiles")
 
 
 BROKEN = [

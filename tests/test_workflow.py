@@ -8,7 +8,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from conftest import CONFIG, REPO, snakemake
+from conftest import CONFIG, REPO, copy_from_repo, snakemake
 from dag import plan
 from kbench.plan import matrix
 from kbench.run import scheduling
@@ -89,9 +89,8 @@ TINY = ["--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "runtime=po
 @pytest.fixture(scope="module")
 def up_to_date_template(tmp_path_factory):
     """A copy of the workflow whose every output of the tiny suite exists and is up to date."""
-    copy = tmp_path_factory.mktemp("workflow")
-    for name in ("Snakefile", "config.yaml", "rules", "schemas", "envs", "scripts", "containers"):
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, copy / name)
+    copy = copy_from_repo(tmp_path_factory.mktemp("workflow"), "Snakefile", "config.yaml", "rules", "schemas", "envs",
+                          "scripts", "containers")
     every = plan("-n", "--forceall", *TINY, cwd=copy)
     assert every.ok, every.log[-3000:]
     for path in every.outputs():
