@@ -20,14 +20,14 @@ TIERS = ("unit", "workflow", "e2e")
 _running = {"tier": None}
 
 
-def copy_from_repo(dst: Path, *names: str) -> Path:
+def copy_from_repo(dst: Path, *names: str, source: Path = REPO) -> Path:
     """The repository's files and folders by name into dst, without bytecode caches: another test worker may be
     writing a .pyc there (a temporary name, then a rename) while the copy lists the folder."""
     for name in names:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+        if (source / name).is_dir():
+            shutil.copytree(source / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy(REPO / name, dst / name)
+            shutil.copy(source / name, dst / name)
     return dst
 
 
