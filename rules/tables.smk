@@ -80,9 +80,11 @@ rule tuning_gain:
 
 rule time_by_kind:
     """One profile's cells' breakdowns by kind of work (kbench.breakdown, recorded after each timed window) side by
-    side: time_by_kind (row x column x kind), its long form, each cell's top ops, the stacked bars per row."""
+    side, the batch study's ladder included (the Python-overhead verdict reads it): time_by_kind (row x column x
+    kind), its long form, each cell's top ops, the stacked bars per row."""
     input:
         profile_cells,
+        profile_batch_cells,
     output:
         [in_report(results("tables/{suite}/{profile}", name), "Time by kind", "{profile}") if name.endswith(".html")
          else results("tables/{suite}/{profile}", name) for name in breakdown_tables.OUTPUTS]

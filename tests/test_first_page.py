@@ -173,6 +173,6 @@ def test_the_first_page_of_strict_and_tuned_reads_the_batch_verdicts_of_the_ladd
     pd.DataFrame([{"model": "bert", "task": "fit", "verdict": "the tuning verdict"}]).to_csv(
         tmp_path / "tuning_verdicts.csv", index=False)
     _, page = first_page.build(STRICT_AND_TUNED, "tiny", tmp_path, tmp_path / "history")
-    assert "### The batch study: a step's fixed cost against its cost per example (profile strict)" in page
-    assert "strict's batch verdict" in page and "the tuning verdict" in page
+    assert "### The batch study's rows: a step's fixed cost against its cost per example (profile strict)" in page
+    assert "strict's batch verdict" in page and "the tuning verdict" in page and "this row's fit reads" in page
     assert "### Headline, profile tuned" in page and page.count("### The batch study") == 1

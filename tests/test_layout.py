@@ -62,7 +62,7 @@ def test_the_layout_command_prints_the_wings_and_their_imports(capsys):
     assert layout.main([]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("ground       imports nothing of kbench")
-    assert "results      imports ground, models, gpu, plan" in out and out.rstrip().endswith("no problems")
+    assert "results      imports ground, breakdown, models, gpu, plan" in out and out.rstrip().endswith("no problems")
     assert "scripts      imports ground, run, lifecycle, studies" in out
 
 

@@ -3,6 +3,7 @@ one way, and a wing imports only the wings below it (kbench.layout checks it: `p
 
     ground       cell records, environment records, runtimes, lock paths, files, the host, timing, numerics,
                  precision, the reader of kbench's imports and the layout check (these modules)
+    breakdown/   a step's time by kind of work, from the framework's own profiler's trace and its compiler's programs
     models/      each model in every library: constructor arguments, reference weights, weight layouts
     gpu/         NVML facts, CUDA requirements, peak FLOP/s, the host's GPU preflight
     stacks/      locks, venvs and images

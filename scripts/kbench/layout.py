@@ -18,8 +18,8 @@ from kbench.imports import PACKAGE
 
 ROOT = Path(__file__).resolve().parent
 # Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> history.
-WINGS = ("ground", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results", "lifecycle",
-         "studies", "report")
+WINGS = ("ground", "breakdown", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results",
+         "lifecycle", "studies", "report")
 # What an entry point (scripts/*.py) may import besides kbench's public modules: enough to find the package, read
 # argv and exit with the status of the one call it makes.
 ENTRY_IMPORTS = ("__future__", "sys", "os", "pathlib", "argparse")

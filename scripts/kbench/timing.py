@@ -103,7 +103,9 @@ class Profiled:
 
 class ProfiledSteps:
     """The two calls a profiler wraps after the timed window: warm() (one synced step, whose activities the profiler
-    discards) and run() (`steps` steps synced at both ends, its wall time kept in wall_ms)."""
+    discards) and run() (`steps` steps synced at both ends, its wall time kept in wall_ms). run(mark): each step
+    inside mark() (the profiler's annotation, kbench.breakdown.trace.STEP_MARKER) and synced at its end, so that a
+    step's work lies inside its mark: the breakdown's figures per step."""
 
     def __init__(self, step: Callable[[], Any], sync: Callable[[Any], None], steps: int,
                  clock: Callable[[], float] = time.perf_counter):
@@ -115,11 +117,16 @@ class ProfiledSteps:
         self.sync(self.step())
         self.warmed += 1
 
-    def run(self) -> None:
+    def run(self, mark: Callable[[], Any] | None = None) -> None:
         self.sync(None)
         start, out = self.clock(), None
         for _ in range(self.steps):
-            out = self.step()
+            if mark is None:
+                out = self.step()
+                continue
+            with mark():
+                out = self.step()
+                self.sync(out)
         self.sync(out)
         self.wall_ms.append((self.clock() - start) * 1e3)
 

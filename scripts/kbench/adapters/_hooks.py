@@ -9,7 +9,7 @@ import importlib.metadata
 import numpy as np
 
 from kbench import numerics, timing
-from kbench.breakdown import MARKER
+from kbench.breakdown.trace import MARKER, STEP_MARKER
 from kbench.adapters import NoAccelerator
 
 
@@ -227,13 +227,19 @@ def torch_trace(warm, run, folder, cuda: bool):
     warm-up step, whose events torch discards."""
     from pathlib import Path
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    import torch
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    is_stopped = getattr(torch.autograd, "_is_kineto_stopped", None)
     with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1)) as prof:
         warm()
         prof.step()
         with record_function(MARKER):
-            run()
+            run(lambda: record_function(STEP_MARKER))
+        stopped = bool(is_stopped and is_stopped())
         prof.step()
+    if stopped:     # as torch_activities: a trace short of its steps would read their missing kernels as waiting
+        raise RuntimeError("Kineto stopped collecting while the steps ran (torch.autograd._is_kineto_stopped(): its "
+                           "CUPTI buffer limit): the trace is short of the steps")
     path = Path(folder) / "trace.json"
     prof.export_chrome_trace(str(path))
     return path
@@ -248,7 +254,7 @@ def jax_trace(warm, run, folder):
     with jax.profiler.trace(str(logdir), create_perfetto_trace=True):
         warm()
         with jax.profiler.TraceAnnotation(MARKER):
-            run()
+            run(lambda: jax.profiler.TraceAnnotation(STEP_MARKER))
     return next(logdir.rglob("perfetto_trace.json.gz"))
 
 
@@ -263,7 +269,7 @@ def tf_trace(warm, run, folder):
     try:
         warm()
         with tf.profiler.experimental.Trace(MARKER):
-            run()
+            run(lambda: tf.profiler.experimental.Trace(STEP_MARKER))
     finally:
         tf.profiler.experimental.stop()
     xspace = next(logdir.rglob("*.xplane.pb"))
@@ -286,7 +292,7 @@ def paddle_trace(warm, run, folder, gpu: bool):
     warm()
     prof.step()
     with profiler.RecordEvent(MARKER):
-        run()
+        run(lambda: profiler.RecordEvent(STEP_MARKER))
     prof.step()
     prof.stop()
     return next(out.glob("*.json"))

@@ -27,6 +27,7 @@ spec.arch: {"matrix_size": N}; spec.task_options:
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -85,13 +86,19 @@ class Recorder:
         self.events.append({"ph": "X", "name": name, "cat": category, "pid": os.getpid(),
                             "tid": threading.get_ident(), "ts": start * 1e6, "dur": (end - start) * 1e6})
 
+    @contextlib.contextmanager
+    def annotation(self, name: str):
+        start = time.perf_counter()
+        yield
+        self.add(name, start, time.perf_counter(), "user_annotation")
+
     def trace(self, warm, run, folder):
-        from kbench.breakdown import MARKER
+        from kbench.breakdown.trace import MARKER, STEP_MARKER
         warm()
         self.events = []
         try:
             start = time.perf_counter()
-            run()
+            run(lambda: self.annotation(STEP_MARKER))
             self.add(MARKER, start, time.perf_counter(), "user_annotation")
             path = Path(folder) / "trace.json"
             path.write_text(json.dumps({"traceEvents": self.events}))

@@ -26,7 +26,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from kbench import breakdown, cell, compile_cache, host, records, timing
+from kbench import cell, compile_cache, host, records, timing
+from kbench.breakdown import measure
 from kbench.host import REPO
 from kbench.plan import departures, matrix
 from kbench.results import batch, breakdown_tables, facts, first_step_tables, tables, tuning
@@ -53,7 +54,7 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cel
         log = results / "logs" / name.with_suffix(".log")
         if log.is_file():
             files[str(log.relative_to(results))] = log
-        trace = breakdown.kept_trace(cell_path)        # its breakdown's trace, where the cell kept one
+        trace = measure.kept_trace(cell_path)        # its breakdown's trace, where the cell kept one
         if trace.is_file():
             files[str(name.with_name(trace.name))] = trace
     profiles = config["profiles"]

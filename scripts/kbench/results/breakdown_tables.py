@@ -1,21 +1,27 @@
 """The cells' breakdowns by kind of work (kbench.breakdown, recorded after each timed window) side by side: per row
-and column the ms/step of each kind and its share of the profiled step, the waiting time, ops per step, the fused
-share and the profiler's own overhead (profiled over timed ms/step); the top ops of each cell. A cell whose breakdown
-did not close says so in place of its figures."""
+and column each kind's ms/step in the timed window's terms (its share of the profiled step times the timed ms/step:
+the profiler lengthens a step, not what it is made of) and its share, with the share's 95% interval across the
+profiled steps; the waiting time, ops per step, the share in compiler fusions (a property, not a kind), the share read
+from what the compiler says it put in, and the profiler's own overhead (profiled over timed ms/step); the top ops of
+each cell. A cell whose breakdown did not close says so in place of its figures."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from kbench import breakdown, cell
-from kbench.results import plots, tables
+from kbench import cell
+from kbench.breakdown import kinds
+from kbench.results import plots, stats, tables
 
-KINDS = list(breakdown.KIND_NAMES)
+KINDS = list(kinds.KIND_NAMES)
 LONG = "time_by_kind_long.csv"
 TOP = "top_ops.csv"
+# Stacked from the bottom in this order, the legend read top-down in the same: waiting on top, hatched
+STACK = KINDS
 
 
 def first_breakdowns(results: list[cell.CellResult]) -> list[cell.CellResult]:
@@ -28,31 +34,52 @@ def first_breakdowns(results: list[cell.CellResult]) -> list[cell.CellResult]:
     return list(chosen.values())
 
 
+def share_interval(per_step: dict | None, kind: str) -> tuple[float | None, float | None]:
+    """The 95% interval of a kind's share of the step across the profiled steps (Student's t; none from fewer than
+    two steps)."""
+    if not per_step or kind not in per_step or len(per_step["step_ms"]) < 2:
+        return None, None
+    shares = [v / step if step else 0.0 for v, step in zip(per_step[kind], per_step["step_ms"])]
+    if statistics.pstdev(shares) == 0:
+        return shares[0], shares[0]
+    return stats.t_interval(shares)
+
+
 def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
-    """One line per cell and kind (ms/step, share of the profiled step); a cell that did not close: one line with its
-    reason and no kind."""
+    """One line per cell and kind (profiled ms/step, timed ms/step, share of the step with its interval across the
+    profiled steps); a cell that did not close: one line with its reason and no kind."""
     lines = []
     for result in first_breakdowns(results):
         row, found = result.row(), result.breakdown
-        key = {k: row[k] for k in tables.ROW_KEYS} | {"framework": row["framework"], "profile": row["profile"],
-                                                      "device": found.get("device"),
-                                                      "profiler_overhead": found.get("profiler_overhead"),
-                                                      "ops_per_step": found.get("ops_per_step"),
-                                                      "fused_share": found.get("fused_share"),
-                                                      "library_fused_ms_per_step":
-                                                          found.get("library_fused_ms_per_step"),
-                                                      "window_ms_per_step": found.get("window_ms_per_step"),
-                                                      "closes": bool(found.get("closes")),
-                                                      "why": found.get("why")}
+        step = found.get("step_ms_per_step") or found.get("window_ms_per_step")
+        timed = found.get("timed_ms_per_step")
+        layer_low, layer_high = share_interval(found.get("per_step"), "layer_fused")
+        key = {k: row[k] for k in tables.ROW_KEYS} | {
+            "framework": row["framework"], "profile": row["profile"], "device": found.get("device"),
+            "profiler_overhead": found.get("profiler_overhead"), "ops_per_step": found.get("ops_per_step"),
+            "fused_share": found.get("fused_share"), "xla_share": found.get("xla_share"),
+            "program_share": (found.get("read_from") or {}).get("program"),
+            "unrecognised_share": found.get("unrecognised_share"),
+            "layer_fused_share": found["layer_fused_ms_per_step"] / step if found.get("closes") and step else None,
+            "layer_fused_low": layer_low, "layer_fused_high": layer_high,
+            "graph_fused_share": found["graph_fused_ms_per_step"] / step if found.get("closes") and step else None,
+            "window_ms_per_step": found.get("window_ms_per_step"), "step_ms_per_step": step,
+            "timed_ms_per_step": timed, "waiting_basis": found.get("waiting_basis"),
+            "steps": found.get("steps"), "closes": bool(found.get("closes")), "why": found.get("why")}
         if not found.get("closes"):
-            lines.append({**key, "kind": None, "ms_per_step": None, "share": None})
+            lines.append({**key, "kind": None, "ms_per_step": None, "timed_ms": None, "share": None})
             continue
-        wall = found["window_ms_per_step"]
-        lines += [{**key, "kind": kind, "ms_per_step": found["ms_per_step"][kind],
-                   "share": found["ms_per_step"][kind] / wall if wall else None} for kind in KINDS]
-    columns = [*tables.ROW_KEYS, "framework", "profile", "kind", "ms_per_step", "share", "device",
-               "profiler_overhead", "ops_per_step", "fused_share", "library_fused_ms_per_step", "window_ms_per_step",
-               "closes", "why"]
+        for kind in KINDS:
+            value = found["ms_per_step"].get(kind, 0.0)
+            share = value / step if step else None
+            low, high = share_interval(found.get("per_step"), kind)
+            lines.append({**key, "kind": kind, "ms_per_step": value, "share": share, "share_low": low,
+                          "share_high": high, "timed_ms": share * timed if share is not None and timed else None})
+    columns = [*tables.ROW_KEYS, "framework", "profile", "kind", "ms_per_step", "timed_ms", "share", "share_low",
+               "share_high", "device", "profiler_overhead", "ops_per_step", "fused_share", "xla_share",
+               "program_share", "unrecognised_share", "layer_fused_share", "layer_fused_low",
+               "layer_fused_high", "graph_fused_share", "window_ms_per_step", "step_ms_per_step", "timed_ms_per_step", "waiting_basis",
+               "steps", "closes", "why"]
     return pd.DataFrame(lines, columns=columns)
 
 
@@ -63,26 +90,27 @@ def top_ops(results: list[cell.CellResult]) -> pd.DataFrame:
             continue
         row = result.row()          # the whole flat view: built once per cell, not once per op
         lines += [{**{k: row[k] for k in tables.ROW_KEYS}, "framework": row["framework"], "rank": i + 1,
-                   "op": op["name"], "ms_per_step": op["ms_per_step"], "share": op["share"]}
+                   "op": op["name"], "kind": op.get("kind"), "ms_per_step": op["ms_per_step"], "share": op["share"]}
                   for i, op in enumerate(result.breakdown.get("top_ops") or [])]
-    return pd.DataFrame(lines, columns=[*tables.ROW_KEYS, "framework", "rank", "op", "ms_per_step", "share"])
+    return pd.DataFrame(lines, columns=[*tables.ROW_KEYS, "framework", "rank", "op", "kind", "ms_per_step", "share"])
 
 
 def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
-    """Row x column: each kind as "ms (share %)", then the waiting time, ops/step, the fused share and the profiled
-    over timed ms/step; a cell that did not close reads "does not close: <why>"."""
+    """Row x column: each kind as "timed ms (share % ± half-width)", then ops/step, the compiler-fused share, the
+    share read from the compiler's programs and the profiled over timed ms/step; a cell that did not close reads
+    "does not close: <why>"."""
     lines = []
     for key, group in long.groupby([*tables.ROW_KEYS, "framework"], sort=False):
         *row_values, framework = key
         first = group.iloc[0]
         line = {**dict(zip(tables.ROW_KEYS, row_values)), "framework": framework}
         if not first["closes"]:
-            line.update({breakdown.KIND_NAMES[k]: None for k in KINDS}, closes=f"does not close: {first['why']}")
+            line.update({kinds.KIND_NAMES[k]: None for k in KINDS}, closes=f"does not close: {first['why']}")
         else:
             by_kind = group.set_index("kind")
-            line.update({breakdown.KIND_NAMES[k]: f"{by_kind.at[k, 'ms_per_step']:.2f} ({by_kind.at[k, 'share']:.0%})"
-                         for k in KINDS}, closes="closes")
-        line.update({"ops/step": _round(first["ops_per_step"], 0), "fused %": _percent(first["fused_share"]),
+            line.update({kinds.KIND_NAMES[k]: _cell_text(by_kind.loc[k]) for k in KINDS}, closes="closes")
+        line.update({"ops/step": _round(first["ops_per_step"], 0), "in compiler fusions": _percent(first["fused_share"]),
+                     "read from the program": _percent(first["program_share"]),
                      "profiled / timed": _round(first["profiler_overhead"], 2)})
         lines.append(line)
     table = pd.DataFrame(lines)
@@ -93,6 +121,13 @@ def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFram
     return table.sort_values([*tables.ROW_KEYS, "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
 
 
+def _cell_text(entry) -> str:
+    ms = entry["timed_ms"] if pd.notna(entry["timed_ms"]) else entry["ms_per_step"]
+    half = ((entry["share_high"] - entry["share_low"]) / 2 if pd.notna(entry.get("share_low"))
+            and pd.notna(entry.get("share_high")) else None)
+    return f"{ms:.2f} ({entry['share']:.0%}" + (f" ± {half:.0%})" if half else ")")
+
+
 def _round(value, digits):
     return None if value is None or pd.isna(value) else round(float(value), digits)
 
@@ -101,41 +136,61 @@ def _percent(value):
     return None if value is None or pd.isna(value) else f"{float(value):.0%}"
 
 
-NOTE = ("\nEach cell's step after its timed window, profiled by its framework's own profiler (kbench.breakdown): per kind "
-        "of work its ms/step (share of the profiled step); waiting: on a GPU the device idle, on a CPU the host "
-        "outside any op (the framework's and Python's own time). ops/step: the ops (kernels) launched, their "
-        "wrappers not counted. fused %: kernels the framework fused that are not matrix products. profiled / "
-        "timed: the profiled steps' ms/step over the timed window's, the profiler's own cost (the timed window "
-        "never ran under it). CPU figures check the pipeline; they say nothing about a GPU.\n")
+NOTE = ("\nEach cell's steps after its timed window, profiled by its framework's own profiler (kbench.breakdown; "
+        "docs/breakdown.md says what each kind holds): per kind of work its ms/step in the timed window's terms (its "
+        "share of the profiled step times the timed ms/step) and its share, ± the half-width of the share's 95% "
+        "interval across the profiled steps. A compiler's fusion is of the kind of what it holds, read from the "
+        "program the compiler built (XLA) or the kernel's name (Inductor); fusion, content not read: one whose "
+        "content the trace does not say. waiting: on a GPU the timed step less the device's busy time, on a CPU the "
+        "host outside any op (the framework's and Python's own time). ops/step: the ops (kernels) launched, their "
+        "wrappers not counted. in compiler fusions: the share of the step in kernels a compiler fused, whatever "
+        "they hold (a property, not a kind). read from the program: the share of the ops' time whose kind the "
+        "compiler's program said. profiled / timed: the profiled steps' ms/step over the timed window's (the "
+        "profiler's own cost; the timed window never ran under it). CPU figures check the pipeline; they say "
+        "nothing about a GPU.\n")
+# No alarm colour for ordinary work: matrix products blue, the rest of the compute in calm hues, waiting grey
+COLOURS = {"matmul_conv": "#1f77b4", "attention": "#9467bd", "normalization": "#2ca02c", "random": "#bcbd22",
+           "elementwise": "#17becf", "data_movement": "#8c564b", "optimizer": "#e377c2",
+           "fusion_unread": "#7f7f7f", "other": "#c7c7c7", "waiting": "#f0f0f0"}
 
 
 def figure(long: pd.DataFrame, frameworks: list[str]):
-    """One panel per row, one stacked bar per column (ms/step by kind, the waiting time on top), on the panel's one
-    scale; a cell whose breakdown did not close is named on its empty slot."""
+    """One panel per row, one stacked bar per column: each kind's timed ms/step (its share of the profiled step
+    times the timed ms/step), the waiting time on top; the legend in the stack's order, top first; a cell whose
+    breakdown did not close is named on its empty slot."""
     rows = list(long.groupby(tables.ROW_KEYS, sort=False))
     fig, axes = plots.panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
         present = [f for f in frameworks if f in set(group["framework"])]
         bottoms = [0.0] * len(present)
-        for k_index, kind in enumerate(KINDS):
+        for kind in STACK:
             heights = []
             for f in present:
                 cell_rows = group[(group["framework"] == f) & (group["kind"] == kind)]
-                heights.append(float(cell_rows["ms_per_step"].iloc[0]) if len(cell_rows) else 0.0)
-            ax.bar(range(len(present)), heights, bottom=bottoms, color=f"C{k_index}",
-                   label=breakdown.KIND_NAMES[kind], hatch="//" if kind == "waiting" else None)
+                value = cell_rows["timed_ms"].iloc[0] if len(cell_rows) else None
+                heights.append(float(value) if value is not None and pd.notna(value) else 0.0)
+            ax.bar(range(len(present)), heights, bottom=bottoms, color=COLOURS[kind], edgecolor="#555555",
+                   linewidth=0.3, label=kinds.KIND_NAMES[kind], hatch="//" if kind == "waiting" else None)
             bottoms = [b + h for b, h in zip(bottoms, heights)]
         for i, f in enumerate(present):
             if not group[group["framework"] == f]["closes"].iloc[0]:
                 ax.text(i, 0.02, "does not close", rotation=90, ha="center", va="bottom", fontsize=8,
                         transform=ax.get_xaxis_transform())
+            elif bottoms[i]:
+                ax.annotate(plots.duration_text(bottoms[i]), (i, bottoms[i]), ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
         ax.set_title(plots.row_label(*key), fontsize=9)
-        ax.set_ylabel("profiled ms/step by kind", fontsize=8)
+        ax.set_ylabel("ms/step (timed), by kind", fontsize=8)
+        ax.margins(y=0.12)
     if rows:
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=min(len(labels), 5))
-        fig.tight_layout(rect=(0, 0.08, 1, 1))
+        fig.legend(handles[::-1], labels[::-1], fontsize=7, loc="center right", title="top of the bar first",
+                   title_fontsize=7)
+        cpu = set(long["device"].dropna()) <= {"cpu"}
+        if cpu:
+            fig.text(0.01, 0.005, "CPU timings of shrunk models: they check the pipeline, not the frameworks.",
+                     fontsize=7, ha="left", va="bottom")
+        fig.tight_layout(rect=(0, 0.03 if cpu else 0, 0.8, 1))
     return fig
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from kbench.spec import CellSpec
-from kbench import breakdown, cell, compile_cache, numerics, timing
+from kbench import cell, compile_cache, numerics, timing
+from kbench.breakdown import measure
 from kbench.gpu import nvml, preflight
 from kbench.stacks import lockcheck
 
@@ -464,7 +465,7 @@ def step_breakdown(spec: CellSpec, backend, workload, sync, window_ms_per_step: 
         return None
     if backend.trace is None:
         return {"steps": spec.steps.breakdown, "closes": False, "why": f"{backend.name}: no profiler hook here"}
-    return breakdown.measure(workload.step, sync, spec.steps.breakdown, backend.trace, backend.device()["kind"],
+    return measure.measure(workload.step, sync, spec.steps.breakdown, backend.trace, backend.device()["kind"],
                              window_ms_per_step, out.parent if out else None)
 
 

@@ -1,0 +1,122 @@
+"""In the cell, after its timed window: `steps` more steps under the framework's own profiler, broken down by kind
+(kbench.breakdown.trace), the XLA programs' contents read from the profiler's XSpace (kbench.breakdown.compiled), and
+the trace kept beside the record with those contents inside it, so that it reads the same later."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from kbench import cell, timing
+from kbench.breakdown import compiled, trace
+
+TRACE_NAME = "result.trace.json.gz"     # beside the cell's record (the launcher moves result.* out of its staging)
+# A trace kept with the run, compressed, at most this: a tiny cell's is 10-200 KB, an eager LLM generate's 20-30 MB;
+# one over it keeps its first whole steps and says how many
+TRACE_CAP_BYTES = 8 * 2**20
+# XLA turns its command buffers (CUDA graphs) off while a profiler runs unless this flag is set: the profiled steps
+# then launch every kernel, which the timed window did not
+XLA_PROFILING_FLAG = "--xla_enable_command_buffers_during_profiling"
+
+
+def measure(step, sync, steps: int, trace_hook, device: str, window_ms_per_step: float, keep_in: Path | None,
+            clock=time.perf_counter) -> dict:
+    """`steps` more steps of the cell under its framework's profiler (trace_hook: kbench.adapters.Backend.trace; one
+    synced step first, its events discarded or outside the window), broken down by kind; the profiled steps' own
+    ms/step beside the window's (profiler_overhead), and the trace kept in keep_in (compressed, size-capped). Never
+    fails the cell: a breakdown that cannot be made or does not close says why."""
+    calls = timing.ProfiledSteps(step, sync, steps, clock)
+    folder = None
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="kbench-trace-", dir=keep_in))
+        path = trace_hook(calls.warm, calls.run, folder)
+        profiled = calls.wall_ms[0] / steps
+        programs = {}
+        for xspace in folder.rglob("*.xplane.pb"):
+            programs.update(compiled.contents(xspace))
+        raw = _load(path)
+        events = trace.events_of(raw["traceEvents"])
+        used = {(e.args.get("hlo_module"), e.args.get("hlo_op")) for e in events if "hlo_op" in e.args}
+        used_ops, used_modules = {op for _, op in used}, {module for module, _ in used}
+        raw[trace.PROGRAMS_KEY] = {program: {inst: content for inst, content in by_inst.items() if inst in used_ops}
+                                   for program, by_inst in compiled.as_json(programs).items()
+                                   if program in used_modules}
+        record = {"steps": steps, "profiled_ms_per_step": profiled, "timed_ms_per_step": window_ms_per_step,
+                  "profiler_overhead": profiled / window_ms_per_step if window_ms_per_step > 0 else None,
+                  "programs_read": len({p for p in raw[trace.PROGRAMS_KEY]}),
+                  **_command_buffers(device, used),
+                  "trace": keep(raw, keep_in, steps)}
+        try:
+            found = trace.breakdown(trace.Trace(events, compiled.from_json(raw[trace.PROGRAMS_KEY])), steps, device,
+                                    window_ms_per_step)
+            return {**record, **found, "closes": True}
+        except trace.NotClosed as error:
+            return {**record, "closes": False, "why": str(error)}
+    except Exception as error:      # the profiler, its export or the trace: the window's figures stand
+        return {"steps": steps, "closes": False, "why": f"no breakdown: {type(error).__name__}: {str(error)[:300]}"}
+    finally:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _load(path: Path) -> dict:
+    data = Path(path).read_bytes()
+    raw = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    return raw if isinstance(raw, dict) else {"traceEvents": raw}
+
+
+def _command_buffers(device: str, used: set) -> dict:
+    """On a GPU an XLA cell's profiled steps ran without XLA's command buffers unless its flags kept them on: said."""
+    if device == "cpu" or not used:
+        return {}
+    on = f"{XLA_PROFILING_FLAG}=true" in os.environ.get("XLA_FLAGS", "")
+    return {"xla_command_buffers": "on while profiling" if on else
+            f"off while profiling (XLA's default, {XLA_PROFILING_FLAG}=false): the profiled steps launch each "
+            "kernel, which the timed window ran in CUDA graphs"}
+
+
+def kept_trace(record: Path) -> Path:
+    """Where a cell's record keeps its breakdown's trace: beside it (x.r1.json -> x.r1.trace.json.gz), as the
+    launcher moves the cell's result.* out of its staging folder."""
+    return cell.beside(record, TRACE_NAME)
+
+
+def keep(raw: dict, folder: Path | None, steps: int) -> dict:
+    """The trace, gzip-compressed, as TRACE_NAME in `folder`; where it is over TRACE_CAP_BYTES, its first whole
+    steps that fit (the events that end before the end of the last kept step's STEP_MARKER). What was kept, or why
+    not."""
+    if folder is None:
+        return {"kept": False, "why": "no folder to keep it in"}
+    packed = _pack(raw)
+    whole = len(packed)
+    kept_steps = steps
+    if whole > TRACE_CAP_BYTES:
+        ends = sorted(e["ts"] + e["dur"] for e in raw["traceEvents"]
+                      if e.get("name") == trace.STEP_MARKER and e.get("ph") == "X")
+        kept_steps = min(len(ends), int(steps * TRACE_CAP_BYTES / whole))
+        while kept_steps > 0:
+            cut = ends[kept_steps - 1]
+            packed = _pack({**raw, "traceEvents": [e for e in raw["traceEvents"]
+                                                   if e.get("ph") != "X" or e.get("name") == trace.MARKER
+                                                   or e["ts"] + e.get("dur", 0) <= cut]})
+            if len(packed) <= TRACE_CAP_BYTES:
+                break
+            kept_steps -= 1
+        if kept_steps == 0:
+            return {"kept": False, "bytes": whole, "why": f"{whole / 2**20:.1f} MiB compressed, and not one whole "
+                                                          f"step fits the {TRACE_CAP_BYTES / 2**20:.0f} MiB cap"}
+    (Path(folder) / TRACE_NAME).write_bytes(packed)
+    found = {"kept": True, "bytes": len(packed)}
+    if kept_steps < steps:
+        found.update(steps_kept=kept_steps, why=f"{whole / 2**20:.1f} MiB compressed, over the "
+                                                f"{TRACE_CAP_BYTES / 2**20:.0f} MiB cap: its first {kept_steps} of "
+                                                f"{steps} steps kept")
+    return found
+
+
+def _pack(raw: dict) -> bytes:
+    return gzip.compress(json.dumps(raw, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
