@@ -9,6 +9,7 @@ import json
 import random
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kbench.breakdown import compiled, kinds, measure, trace
@@ -418,3 +419,30 @@ def test_a_run_without_breakdowns_writes_empty_tables_and_an_empty_picture(tmp_p
     breakdown_tables.build([], ["keras3-jax"], "strict", tmp_path / "tables", tmp_path / "plots")
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == sorted(breakdown_tables.OUTPUTS)
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(breakdown_tables.PLOTS)
+
+
+def test_the_picture_stacks_timed_ms_in_the_legends_order_without_an_alarm_colour():
+    """Each bar is its column's timed ms/step (each kind's share of the profiled step times it), its total written;
+    the legend reads the stack from its top; no kind is drawn red; a CPU run says its figures check the pipeline."""
+    import matplotlib.colors
+    from kbench.results import breakdown_tables
+    lines = []
+    for framework, timed in (("native-torch-eager", 100.0), ("keras3-jax", 40.0)):
+        for i, kind in enumerate(kinds.KIND_NAMES):
+            lines.append({"model": "bert", "task": "fit", "batch_size": 8, "precision": "float32",
+                          "framework": framework, "kind": kind, "timed_ms": timed / len(kinds.KIND_NAMES),
+                          "closes": True, "device": "cpu"})
+    fig = breakdown_tables.figure(pd.DataFrame(lines), ["native-torch-eager", "keras3-jax"])
+    ax = fig.axes[0]
+    tops = {}
+    for patch in ax.patches:
+        tops[round(patch.get_x() + patch.get_width() / 2)] = max(tops.get(round(patch.get_x() + patch.get_width() / 2),
+                                                                       0), patch.get_y() + patch.get_height())
+    assert tops == {0: pytest.approx(100.0), 1: pytest.approx(40.0)}
+    assert [t.get_text() for t in ax.texts] == ["100 ms", "40 ms"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == list(kinds.KIND_NAMES.values())[::-1] and legend[0] == "waiting"
+    for colour in breakdown_tables.COLOURS.values():
+        r, g, b = matplotlib.colors.to_rgb(colour)
+        assert not (r > 0.7 and g < 0.35 and b < 0.35), colour
+    assert any("check the pipeline" in t.get_text() for t in fig.texts)

@@ -448,6 +448,26 @@ def test_the_first_step_chart_draws_dots_with_their_values_not_bars_on_its_log_a
     assert plots.duration_text(37012.5) == "37 s" and plots.duration_text(0.1266) == "0.127 ms"
 
 
+def test_the_first_step_chart_ticks_in_seconds_and_writes_its_ratios():
+    """A log axis shows ratios as distances a reader cannot measure: 3.1x and 1.8x looked alike. The ticks read
+    "5 s", "10 s" (not 4x10^0), each column says how many times the row's fastest it took, and each warm dot how many
+    times faster than its cold one."""
+    from kbench.results import plots
+    rows = [dict(model="bert", task="fit", batch_size=8, precision="float32", framework=f, state=state, status="ok",
+                 value=value, text="") for f, state, value in (("native-torch-eager", "cold", 4.0),
+                                                             ("keras3-jax", "cold", 12.4),
+                                                             ("keras3-jax", "warm", 6.9))]
+    figure = plots.dots_per_row(pd.DataFrame(rows), ["native-torch-eager", "keras3-jax"], "value", "s",
+                                series=("state", {"cold": "o", "warm": "D"}), scale=1e3)
+    ax = figure.axes[0]
+    figure.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert ticks and all(t.endswith(" s") and "times" not in t and "^" not in t for t in ticks), ticks
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["native-torch-eager\nthe fastest",
+                                                            "keras3-jax\n3.1x the fastest"]
+    assert "cold 1.8x\nwarm" in {t.get_text() for t in ax.texts}
+
+
 def test_a_cell_on_a_mig_instance_is_named_mig_and_gets_no_mfu(config):
     """NVML names a MIG-enabled GPU leased whole by its full name, and a MIG instance may be named as the chip: a cell
     the runner found on a MIG instance (provenance.device_identity.mig) is named MIG and gets no peak, so no MFU,

@@ -179,7 +179,7 @@ NOTE = ("\ncold: the cell's first repeat, an empty compile cache; warm: a fresh 
 def plot(long: pd.DataFrame, frameworks: list[str]):
     """Cold and warm time to the first step per row: dots on a log axis with their values (plots.dots_per_row)."""
     shown = long.rename(columns={"to_first_step_s": "value"})
-    return plots.dots_per_row(shown, frameworks, "value", "to the first step, s (log axis; values written)",
+    return plots.dots_per_row(shown, frameworks, "value", "to the first step (log axis)",
                               series=("state", {"cold": "o", "warm": "D"}), scale=1e3)
 
 

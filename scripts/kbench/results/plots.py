@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 matplotlib.use("Agg")      # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -113,11 +114,31 @@ def dots_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
                 ax.annotate(duration_text(shown * scale), (x, shown), textcoords="offset points",
                             xytext=(0, -8 if below else 7), ha="center", va="top" if below else "baseline",
                             fontsize=7)
-        ax.set_xticks(range(len(present)), present, rotation=45, ha="right", fontsize=8)
+        first = next(iter(markers))
+        firsts = {f: _value(group, f, column, first, value) for f in present}
+        fastest = min((v for v in firsts.values() if v), default=None)
+        labels = []
+        for i, f in enumerate(present):
+            # the ratios a log axis shows as distances, written: each column against the row's fastest, and a
+            # second series against the first (warm against cold)
+            ratio = firsts[f] / fastest if firsts[f] and fastest else None
+            labels.append(f if ratio is None else f"{f}\n{ratio:.1f}x the fastest" if ratio > 1.0005 else
+                          f"{f}\nthe fastest")
+            for name in list(markers)[1:]:
+                other = _value(group, f, column, name, value)
+                if firsts[f] and other:
+                    ax.annotate(f"{first} {firsts[f] / other:.1f}x\n{name}", (i, (firsts[f] * other) ** 0.5),
+                                ha="center",
+                                va="center", fontsize=7, style="italic", color="#444444")
+        ax.set_xticks(range(len(present)), labels, rotation=45, ha="right", fontsize=8)
         ax.set_xlim(-0.6, len(present) - 0.4)
         ax.set_title(row_label(*key), fontsize=9)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_yscale("log")
+        # ticks in the values' own unit (1 s, 2 s, 5 s, 10 s), not 4x10^0
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: duration_text(v * scale)))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.margins(y=0.3)
     if column and rows:
         handles = [plt.Line2D([], [], marker=m, linestyle="", color="grey",
@@ -128,6 +149,13 @@ def dots_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
     else:
         fig.tight_layout()
     return fig
+
+
+def _value(group: pd.DataFrame, framework: str, column: str | None, name, value: str) -> float | None:
+    found = group[(group.framework == framework) & ((group[column] == name) if column else True)
+                  & (group["status"] == "ok")]
+    shown = found[value].iloc[0] if len(found) else None
+    return float(shown) if shown is not None and pd.notna(shown) and shown > 0 else None
 
 
 def speedup_chart(summary: pd.DataFrame, frameworks: list[str], keras3: list[str]):
