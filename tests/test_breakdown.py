@@ -101,6 +101,19 @@ def test_random_numbers_are_their_own_kind_inside_a_scope_too():
     assert found["random"] == pytest.approx(0.25) and found["attention"] == pytest.approx(0.35)
 
 
+def test_attentions_backward_pass_is_attention_though_autograd_runs_it_outside_the_scope():
+    """torch's autograd node for a bmm run inside SDPA's math path carries the forward op's Sequence number: its
+    backward is attention's work; a bmm's backward from outside any scope stays a matrix product."""
+    events = [*steps_of(0, 1000, 1), x("aten::scaled_dot_product_attention", 0, 300, **{"Sequence number": 7}),
+              x("aten::bmm", 10, 200, **{"Sequence number": 8}), x("aten::mm", 400, 100, **{"Sequence number": 9}),
+              x("autograd::engine::evaluate_function: BmmBackward0", 600, 150, **{"Sequence number": 8}),
+              x("aten::bmm", 610, 120),
+              x("autograd::engine::evaluate_function: MmBackward0", 800, 100, **{"Sequence number": 9}),
+              x("aten::mm", 810, 80)]
+    found = trace.breakdown(trace.events_of(events), 1, "cpu")["ms_per_step"]
+    assert found["attention"] == pytest.approx(0.45) and found["matmul_conv"] == pytest.approx(0.2)
+
+
 # ---------------------------------------------------------------- the kinds' rules
 
 NAMES = {   # real names: CPU ops from the committed traces, GPU kernels as CUDA libraries, Inductor and XLA name them

@@ -193,7 +193,8 @@ class _Host:
                 if link in e.args and (is_op(e) or (link, e.args[link]) not in self.by_link):
                     self.by_link[(link, e.args[link])] = e
         self.ops = {lane: innermost_segments([e for e in found if is_op(e)]) for lane, found in lanes.items()}
-        self.scopes = {lane: sorted((e for e in found if kinds.of_scope(e.name)), key=lambda e: e.start)
+        self.kind_of_scope = scoped(events)
+        self.scopes = {lane: sorted((e for e in found if id(e) in self.kind_of_scope), key=lambda e: e.start)
                        for lane, found in lanes.items()}
         self.starts = {lane: [s[0] for s in segments] for lane, segments in self.ops.items()}
 
@@ -203,9 +204,8 @@ class _Host:
         return segments[i][2] if i >= 0 and segments[i][1] >= moment else None
 
     def scope_of(self, event: Event) -> str | None:
-        around = [s for s in self.scopes.get(event.lane, ()) if s.start <= event.start and s.end >= event.end
-                  and s is not event]
-        return kinds.of_scope(around[-1].name) if around else None
+        around = [s for s in self.scopes.get(event.lane, ()) if s.start <= event.start and s.end >= event.end]
+        return self.kind_of_scope[id(around[-1])] if around else None
 
     def launcher(self, kernel: Event) -> Event | None:
         for link in LINKS:
@@ -214,6 +214,29 @@ class _Host:
                 if found is not None:
                     return found if is_op(found) else (self.op_at(found.lane, found.start) or found)
         return None
+
+
+def scoped(events: list[Event]) -> dict[int, str]:
+    """Every host event that scopes the ops inside it, with its kind (by id): by its name (kinds.SCOPES), or an
+    autograd node whose forward op ran inside such a scope (torch's "Sequence number" links the two): attention's
+    backward pass is attention's work, though autograd runs it outside the forward's scope."""
+    found = {id(e): kinds.of_scope(e.name) for e in events if not e.on_device and kinds.of_scope(e.name)}
+    by_lane: dict[tuple, list[Event]] = {}
+    for e in events:
+        if id(e) in found:
+            by_lane.setdefault(e.lane, []).append(e)
+    forward = {}
+    for e in events:
+        number = e.args.get("Sequence number")
+        if number is None or e.on_device or "backward" in e.name.lower() or e.lane not in by_lane:
+            continue
+        around = [s for s in by_lane[e.lane] if s is not e and s.start <= e.start and s.end >= e.end]
+        if around:
+            forward[number] = found[id(around[-1])]
+    for e in events:
+        if not e.on_device and "backward" in e.name.lower() and e.args.get("Sequence number") in forward:
+            found[id(e)] = forward[e.args["Sequence number"]]
+    return found
 
 
 def _program(programs: dict, module: str | None, instruction: str):
