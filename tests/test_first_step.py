@@ -57,12 +57,25 @@ def test_no_point_in_the_band_means_no_steady_step():
 # ---------------------------------------------------------------- the cache's key
 
 
-def test_a_cache_is_refused_from_another_lock_another_image_or_a_failed_run():
-    own = {"status": "ok", "lock_sha256": "sha256:a", "image_id": "img1"}
+def test_a_cache_is_refused_from_another_lock_another_image_another_device_or_a_failed_run():
+    """JAX's and Inductor's own keys hold the device: a cache from another GPU model misses silently (the record
+    saying warm), TensorFlow's can load code built for another architecture; so the device is the key's too."""
+    h100 = compile_cache.device_key({"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1"})
+    own = {"status": "ok", "lock_sha256": "sha256:a", "image_id": "img1", "device": h100}
     assert compile_cache.refusal(dict(own), own) is None
     assert "another lock" in compile_cache.refusal({**own, "lock_sha256": "sha256:b"}, own)
     assert "another image" in compile_cache.refusal({**own, "image_id": "img2"}, own)
     assert "ended failed" in compile_cache.refusal({**own, "status": "failed"}, own)
+    for other in ({"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-2"}, {"name": "NVIDIA A100-SXM4-40GB"},
+                  {"name": "NVIDIA H100 80GB HBM3", "uuid": "MIG-3"}, None):
+        found = compile_cache.refusal({**own, "device": compile_cache.device_key(other)}, own)
+        assert found and found.startswith("its source ran on another device ("), (other, found)
+    assert compile_cache.refusal({**own, "device": compile_cache.device_key({"name": "NVIDIA H100 80GB HBM3",
+                                                                             "uuid": "GPU-9"})}, own) is None
+    assert "not known" in compile_cache.refusal({k: v for k, v in own.items() if k != "device"}, own)
+    assert "not known" in compile_cache.refusal({**own, "device": compile_cache.device_key({})},
+                                                {**own, "device": compile_cache.device_key({})})
+    assert compile_cache.device_key(None).startswith("cpu: ")
 
 
 def test_each_compiled_framework_has_its_cache_and_an_uncompiled_cell_none():
@@ -132,6 +145,33 @@ def test_a_warm_run_whose_source_ran_in_another_lock_runs_cold_and_says_why(tmp_
     assert warm.timing["first_step_ms"] > 600
 
 
+def test_a_warm_run_whose_source_compiled_for_another_device_runs_cold_and_says_why(tmp_path, driver_environment):
+    """The cold run's record says what its cache was built for (the launcher's device key: here this host's CPU);
+    a source from an A100 does not seed a run here, whatever its lock and image."""
+    spec = compiled_spec()
+    cold = run(tmp_path, driver_environment, spec, "c.r1", ())
+    assert cold.provenance["launcher"]["device"] == compile_cache.device_key(None)
+    cold.provenance["launcher"]["device"] = compile_cache.device_key({"name": "NVIDIA A100-SXM4-80GB"})
+    cold.write(tmp_path / "c.r1.json")
+    warm = run(tmp_path, driver_environment, spec, "c.r1.warm", (str(tmp_path / "c.r1.json"),))
+    cache = warm.first_step["cache"]
+    assert cache["state"] == "cold" and cache["cache_misses"] == 1
+    assert "another device (gpu: NVIDIA A100-SXM4-80GB here cpu: " in cache["refused"][0]
+
+
+def test_a_source_that_kept_no_cache_folder_seeds_nothing(tmp_path, driver_environment):
+    """A cold run that ended ok but whose cache folder is gone (deleted, or never written): refused, not copied."""
+    import shutil
+    spec = compiled_spec()
+    cold = run(tmp_path, driver_environment, spec, "c.r1", ())
+    shutil.rmtree(tmp_path / "c.r1.cache")
+    (tmp_path / "staging").mkdir()
+    found = launch.seed_cache(tmp_path / "staging", (str(tmp_path / "c.r1.json"),), cold.provenance["environment"],
+                              cold.provenance["launcher"]["device"])
+    assert found["state"] == "cold" and found["refused"][0].endswith(": it kept no cache"), found
+    assert compile_cache.entries(tmp_path / "staging" / launch.CACHE_NAME) == 0
+
+
 def test_a_cell_without_a_cache_records_none(tmp_path, driver_environment):
     result = run(tmp_path, driver_environment, synthetic_spec(), "e.r1", None)
     assert result.status == "ok" and result.first_step["cache"] is None
@@ -173,6 +213,20 @@ def test_a_warm_twin_whose_window_differs_beyond_both_intervals_is_flagged():
     assert bool(warm_line[first_step_tables.WARM_DIFFERS])
     assert "warm window differs" in first_step_tables.cell_text(warm_line)
     assert "pays back" not in first_step_tables.cell_text(warm_line)      # no eager twin: nothing said
+
+
+@pytest.mark.parametrize("state, hits, misses, before, after, flagged", [
+    ("warm", 3, 0, 5, 5, None),                                     # loaded every program
+    ("warm", 2, 1, 5, 6, "warm, yet 1 cache misses: it compiled anew"),   # JAX or Inductor compiled one anew
+    ("warm", None, None, 5, 5, None),                               # TensorFlow: nothing added, all loaded
+    ("warm", None, None, 5, 7, "warm, yet it added 2 cache entries: it compiled anew"),
+    ("cold", None, None, 0, 3, None),
+    ("cold", None, None, 0, 0, "cold, and it persisted nothing"),   # its warm twin can only start cold
+])
+def test_a_runs_cache_counters_that_contradict_its_state_are_flagged(state, hits, misses, before, after, flagged):
+    entry = {"state": state, "cache_hits": hits, "cache_misses": misses, "cache_added": after - before}
+    entry = pd.Series(entry, dtype=object).replace({None: float("nan")})
+    assert first_step_tables.cache_missed(entry) == flagged
 
 
 def test_the_compile_pays_back_after_its_extra_wait_over_the_time_it_saves_per_step():

@@ -4,8 +4,10 @@ whether a cell has one (a compiled cell of a framework that keeps its compiled p
 A cell's cache is a folder the launcher hands its process (kbench.run.launch): empty for a cold run, the folder its
 process fills is then kept beside its record (`<cell>.r1.cache/`); a warm run (the cell's warm twin, a later repeat,
 an equivalence job) gets a fresh copy of the cold runs' folders, so no run writes into another's. The record says which
-(`first_step.cache`). The key is the record: a cache is only reused by a run of the same stack image and lock
-(`refusal` below), so a lock bump starts cold.
+(`first_step.cache`). The key is the record: a cache is only reused by a run of the same stack image and lock, on the
+same kind of device (`refusal` below: the frameworks' own keys hold the device, so a cache from another GPU model
+would miss silently while the record said warm, or, TensorFlow's, load code built for another architecture), so a
+lock bump, or a node of another GPU model on a mixed SLURM partition, starts cold.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kbench import cell
+from kbench import cell, host
 
 CACHE_SUFFIX = ".cache"          # beside a record: <stem>.cache/ (the launcher moves result.cache there)
 STAGED = "result" + CACHE_SUFFIX  # in the process's staging folder
@@ -100,12 +102,28 @@ def entries(folder: str | os.PathLike | None) -> int | None:
     return sum(len(names) for _, _, names in os.walk(folder))
 
 
+def device_key(device: dict | None) -> str:
+    """The device a cache's programs were compiled for, as the refusal compares it: a GPU's model as nvidia-smi names
+    it (its memory is in the name: A100-SXM4-40GB and -80GB differ) and whether it is a MIG instance; on a CPU, the
+    CPU's model (XLA and Inductor generate code for its instruction set). device: the leased GPU's facts
+    (kbench.gpu.preflight.gpus), None for a CPU cell."""
+    if device is None:
+        return f"cpu: {host.cpu_model()}"
+    mig = str(device.get("uuid", "")).startswith("MIG-") or device.get("mig")
+    return f"gpu: {device.get('name') or 'unknown'}" + (" (MIG instance)" if mig else "")
+
+
 def refusal(source: dict, own: dict) -> str | None:
     """Why a cache a source record's run filled must not seed this run (None: it may): another image, another lock,
-    or a source that did not finish ok. source, own: {"status", "lock_sha256", "image_id"} of each run."""
+    another kind of device (or one not known), or a source that did not finish ok. source, own: {"status",
+    "lock_sha256", "image_id", "device"} of each run (device: device_key)."""
     if source.get("status") != "ok":
         return f"its source run ended {source.get('status')}"
     for key, name in (("lock_sha256", "lock"), ("image_id", "image")):
         if source.get(key) != own.get(key):
             return f"its source ran in another {name} ({source.get(key)} here {own.get(key)})"
+    if not source.get("device") or not own.get("device") or "unknown" in (source["device"] + own["device"]):
+        return f"the device it was compiled for is not known ({source.get('device')} here {own.get('device')})"
+    if source["device"] != own["device"]:
+        return f"its source ran on another device ({source['device']} here {own['device']})"
     return None

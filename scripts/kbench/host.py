@@ -195,6 +195,15 @@ def pci_numa_node(bus_id: str | None, sysfs: Path | None = None) -> int | None:
     return node if node >= 0 else None
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The host CPU's model name (compilers generate code for its instruction set), "unknown" where not said."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+
+
 def git_commit() -> str:
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -138,6 +138,9 @@ def cell_text(entry) -> str:
         counts.append(f"{int(entry['cache_added'])} cache entries added")
     if counts:
         text += "; " + ", ".join(counts)
+    missed = cache_missed(entry)
+    if missed:
+        text += f"; {missed} ‡"
     if pd.notna(entry.get("steady_at_step")):
         text += f"; steady at step {int(entry['steady_at_step'])}"
     paid = entry.get("pays_back_after_steps")
@@ -146,6 +149,21 @@ def cell_text(entry) -> str:
     if entry.get(WARM_DIFFERS):
         text += f"; {WARM_DIFFERS} †"
     return text
+
+
+def cache_missed(entry) -> str | None:
+    """What a run's cache counters say against its state: a warm run that compiled anew (JAX's or Inductor's misses;
+    TensorFlow, which counts no hits: entries it added), so its "warm" figures are a cold start's; a cold run that
+    persisted nothing, so its warm twin can only start cold."""
+    misses, added = entry.get("cache_misses"), entry.get("cache_added")
+    if entry.get("state") == "warm":
+        if pd.notna(misses) and misses > 0:
+            return f"warm, yet {int(misses)} cache misses: it compiled anew"
+        if pd.isna(entry.get("cache_hits")) and pd.notna(added) and added > 0:
+            return f"warm, yet it added {int(added)} cache entries: it compiled anew"
+    elif entry.get("state") == "cold" and pd.isna(entry.get("cache_hits")) and pd.notna(added) and added == 0:
+        return "cold, and it persisted nothing"
+    return None
 
 
 def wide(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
@@ -173,7 +191,9 @@ NOTE = ("\ncold: the cell's first repeat, an empty compile cache; warm: a fresh 
         "step's end; recompiles: after it. Steady: the step from which ms/step stays in its band. Pays back: steps "
         "until the compiled column's faster step has made up its longer wait, against its framework's eager column. "
         "† the warm window differs from the cold one beyond both intervals and by more than first_step.warm_differs_by "
-        "(the cache changed the program, or the machine was not quiet).\n")
+        "(the cache changed the program, or the machine was not quiet). ‡ the cache's own counters contradict the "
+        "run's state: a warm run that compiled anew (misses, or entries added where the framework counts no hits) "
+        "started as a cold one; a cold run that persisted nothing leaves its warm twin nothing to load.\n")
 
 
 def plot(long: pd.DataFrame, frameworks: list[str]):

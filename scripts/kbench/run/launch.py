@@ -95,6 +95,20 @@ def allocation_names(runtime: Runtime, allocated: list[str], host: preflight.Hos
     return [d.strip() for d in slurm_set.split(",") if d.strip()] if slurm_set else allocated
 
 
+def allocation_devices(allocated: list[str], host: preflight.Host | None = None) -> list[dict]:
+    """SLURM's GPUs as nvidia-smi lists them: by the node's numbers where it lists them so; where the job sees its
+    GPUs renumbered from 0 (ConstrainDevices), the ones it lists are the job's own, as many as were allocated; else
+    none known."""
+    try:
+        listed = preflight.gpus(host or preflight.Host())
+    except (OSError, subprocess.SubprocessError):
+        return []
+    by_index = {d["index"]: d for d in listed}
+    if all(index in by_index for index in allocated):
+        return [by_index[index] for index in allocated]
+    return listed if len(listed) == len(allocated) else []
+
+
 def cpu_shares(devices: list[dict], sysfs: Path | None = None) -> list[list[int]] | None:
     """The CPUs of the cells side by side, one per GPU of `devices` (outside a scheduler), in their order: this
     process's CPUs handed out as whole physical cores (a core's hyperthread siblings stay in one share), the same
@@ -202,6 +216,9 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
             failure = _preflight(spec, resolved)
             if not failure:
                 with gpu_lease(spec, resolved, host_cpus=options.host_cpus) as lease:
+                    # what a compile cache built here is built for (kbench.compile_cache.device_key)
+                    context["launcher"]["device"] = compile_cache.device_key(
+                        (lease.devices[0] if lease.devices else {}) if lease is not None else None)
                     if lease:        # a CPU cell keeps the scheduler's allocation as the record of its job
                         context["launcher"].update(gpus_allocated=lease.gpus,
                                                    cpus_allocated=lease.cpus or context["launcher"]["cpus_allocated"])
@@ -231,11 +248,12 @@ def lease_path(uuid: str, leases: Path | None = None) -> Path:
 
 
 class Lease(list):
-    """The GPUs a cell got, as its runtime names them, and (outside a scheduler) the CPUs that go with them."""
+    """The GPUs a cell got, as its runtime names them, and (outside a scheduler) the CPUs that go with them; devices:
+    their facts as nvidia-smi lists them, where it does (a compile cache's device, the identity check)."""
 
-    def __init__(self, gpus: list[str], cpus: list[int] | None = None):
+    def __init__(self, gpus: list[str], cpus: list[int] | None = None, devices: list[dict] | None = None):
         super().__init__(gpus)
-        self.cpus = cpus
+        self.cpus, self.devices = cpus, devices or []
 
     @property
     def gpus(self) -> list[str]:
@@ -258,7 +276,7 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
     host = host or preflight.Host()
     allocated = allocated_gpus()
     if allocated is not None:
-        yield Lease(allocation_names(runtime, allocated, host))
+        yield Lease(allocation_names(runtime, allocated, host), devices=allocation_devices(allocated, host))
         return
     listed = preflight.gpus(host)
     devices = preflight.visible(listed)
@@ -278,7 +296,7 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
                 continue
             try:
                 yield Lease([runtime.gpu_name(device)],
-                            sorted(os.sched_getaffinity(0)) if host_cpus else cpu_share(position, devices))
+                            sorted(os.sched_getaffinity(0)) if host_cpus else cpu_share(position, devices), [device])
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
@@ -377,7 +395,7 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime.name})")
     stop = _Stop(runtime, name if container else None)
-    cache = seed_cache(staging, options.cache_from, environment)
+    cache = seed_cache(staging, options.cache_from, environment, context["launcher"].get("device"))
     if cache:
         context["compile_cache"] = {**cache, "folder": runtime.staged_as_seen(staging / CACHE_NAME)}
     try:
@@ -428,15 +446,17 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
 CACHE_NAME = compile_cache.STAGED     # in the staging folder; kept beside the record as <stem>.cache
 
 
-def seed_cache(staging: Path, sources: tuple | None, environment: dict) -> dict | None:
+def seed_cache(staging: Path, sources: tuple | None, environment: dict, device: str | None = None) -> dict | None:
     """The compile cache folder of a run (options.cache_from): None: none; (): an empty one, cold; records of cold runs:
-    a copy of each one's kept cache that may seed this run (kbench.compile_cache.refusal: the same image and lock, a
-    run that ended ok), warm where any did (a run all of whose sources were refused is cold, and says why)."""
+    a copy of each one's kept cache that may seed this run (kbench.compile_cache.refusal: the same image and lock, the
+    same kind of device, a run that ended ok and kept a cache), warm where any did (a run all of whose sources were
+    refused is cold, and says why). device: this run's (kbench.compile_cache.device_key)."""
     if sources is None:
         return None
     folder = staging / CACHE_NAME
     folder.mkdir()
-    own = {"status": "ok", "lock_sha256": environment.get("lock_sha256"), "image_id": environment.get("id")}
+    own = {"status": "ok", "lock_sha256": environment.get("lock_sha256"), "image_id": environment.get("id"),
+           "device": device}
     seeded, refused = [], []
     for source in map(Path, sources):
         kept = compile_cache.beside(source)
@@ -446,7 +466,8 @@ def seed_cache(staging: Path, sources: tuple | None, environment: dict) -> dict 
             refused.append(f"{source.name}: unreadable ({type(error).__name__})")
             continue
         facts = {"status": record.status, "lock_sha256": record.provenance.get("environment", {}).get("lock_sha256"),
-                 "image_id": record.provenance.get("environment", {}).get("id")}
+                 "image_id": record.provenance.get("environment", {}).get("id"),
+                 "device": record.provenance.get("launcher", {}).get("device")}
         why = compile_cache.refusal(facts, own) or (None if kept.is_dir() else "it kept no cache")
         if why:
             refused.append(f"{'/'.join(source.parts[-4:])}: {why}")
