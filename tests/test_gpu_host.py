@@ -234,37 +234,42 @@ A = "8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f"         # a device's UUID as torch pr
 B = "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70"
 
 
-def identity(lease, uuid=None, nvml_uuid=None, mig_mode=False, name="NVIDIA H100 80GB HBM3", accelerator="gpu"):
+def identity(lease, uuid=None, nvml_uuid=None, mig_mode=False, name="NVIDIA H100 80GB HBM3", accelerator="gpu",
+             leased_uuids=None):
     """check_device_identity of a GPU cell whose framework reports `uuid` (None: it has none, as JAX and TensorFlow)
-    and whose NVML names `nvml_uuid` for the visible device, leased `lease` by the launcher."""
+    and whose NVML names `nvml_uuid` for the visible device, leased `lease` by the launcher, which knew the leased
+    GPUs' UUIDs as `leased_uuids` (None: it did not)."""
     from kbench.run import runner
     from test_launch import synthetic_spec
     facts = {"kind": "gpu", "name": name, "uuid": uuid,
              "nvml": {"uuid": nvml_uuid, "name": name, "mig_mode": mig_mode} if nvml_uuid else None}
-    context = {"launcher": {"gpus_allocated": lease}} if lease is not None else {}
+    context = {"launcher": {"gpus_allocated": lease, **({"gpu_uuids": leased_uuids} if leased_uuids else {})}} \
+        if lease is not None else {}
     return runner.check_device_identity(synthetic_spec().replace(accelerator=accelerator), "torch", facts, context)
 
 
-@pytest.mark.parametrize("lease, uuid, nvml_uuid", [
-    ([f"GPU-{A}"], A, f"GPU-{A}"),                     # torch's own UUID, the lease by UUID (host, docker, apptainer)
-    ([f"GPU-{A.upper()}"], A, None),                    # any case; no NVML
-    ([f"GPU-{A}"], None, f"GPU-{A}"),                   # JAX, TensorFlow: NVML's view of the visible device
-    (["2"], A, f"GPU-{A}"),                             # podman's lease by index: NVML's UUID of the device it handed
+@pytest.mark.parametrize("lease, uuid, nvml_uuid, leased_uuids", [
+    ([f"GPU-{A}"], A, f"GPU-{A}", None),               # torch's own UUID, the lease by UUID (host, docker, apptainer)
+    ([f"GPU-{A.upper()}"], A, None, None),              # any case; no NVML
+    ([f"GPU-{A}"], None, f"GPU-{A}", None),             # JAX, TensorFlow: NVML's view of the visible device
+    (["2"], A, f"GPU-{A}", [f"GPU-{A}"]),               # podman's lease by index: the UUID the launcher leased
+    (["2"], None, f"GPU-{A}", [f"GPU-{A}"]),            # ... JAX, TensorFlow and Paddle there too
 ])
-def test_a_cell_on_its_leased_device_passes_the_identity_check(lease, uuid, nvml_uuid):
-    found = identity(lease, uuid, nvml_uuid)
+def test_a_cell_on_its_leased_device_passes_the_identity_check(lease, uuid, nvml_uuid, leased_uuids):
+    found = identity(lease, uuid, nvml_uuid, leased_uuids=leased_uuids)
     assert found["checked"] is True and found["mig"] is False and found["leased"] == lease
 
 
-@pytest.mark.parametrize("lease, uuid, nvml_uuid, named", [
-    ([f"GPU-{B}"], A, f"GPU-{A}", (A, f"GPU-{B}")),     # CUDA's fastest-first order picked another GPU than NVML's
-    ([f"GPU-{B}"], None, f"GPU-{A}", (f"GPU-{A}", f"GPU-{B}")),
-    (["2"], A, f"GPU-{B}", (A, f"GPU-{B}")),
+@pytest.mark.parametrize("lease, uuid, nvml_uuid, leased_uuids, named", [
+    ([f"GPU-{B}"], A, f"GPU-{A}", None, (A, f"GPU-{B}")),     # CUDA's fastest-first order picked another GPU
+    ([f"GPU-{B}"], None, f"GPU-{A}", None, (f"GPU-{A}", f"GPU-{B}")),
+    (["2"], A, f"GPU-{A}", [f"GPU-{B}"], (A, f"GPU-{B}")),    # torch in podman: not its own one GPU against itself
+    (["2"], None, f"GPU-{A}", [f"GPU-{B}"], (f"GPU-{A}", f"GPU-{B}")),   # a JAX cell on an index lease: checked
 ])
-def test_a_cell_on_another_device_than_its_lease_fails_naming_both(lease, uuid, nvml_uuid, named):
+def test_a_cell_on_another_device_than_its_lease_fails_naming_both(lease, uuid, nvml_uuid, leased_uuids, named):
     from kbench.run import runner
     with pytest.raises(runner.DeviceMismatch) as error:
-        identity(lease, uuid, nvml_uuid)
+        identity(lease, uuid, nvml_uuid, leased_uuids=leased_uuids)
     assert all(name in str(error.value) for name in named), str(error.value)
 
 
@@ -281,6 +286,9 @@ def test_nothing_to_compare_is_said_and_a_cpu_cell_has_no_identity_check():
     assert unleased["checked"] is False and "no lease" in unleased["reason"]
     no_uuid = identity([f"GPU-{A}"], None, None)
     assert no_uuid["checked"] is False and "no device UUID" in no_uuid["reason"]
+    unknown = identity(["2"], A, f"GPU-{A}")         # an index lease whose UUID the launcher did not know
+    assert unknown["checked"] is False and unknown["reason"] == "the lease names GPU 2 and the launcher knew no " \
+                                                                "UUID for it"
     assert identity([f"GPU-{A}"], A, f"GPU-{A}", accelerator="cpu") is None
 
 
@@ -335,3 +343,44 @@ def test_application_clocks_and_the_processes_before_the_window_are_recorded(mon
     assert record["application_memory_clock_mhz"] == record["default_application_memory_clock_mhz"] == 2619
     assert record["processes_before_window"] == [{"pid": 4242, "used_bytes": 3 * 2**30},
                                                  {"pid": 777, "used_bytes": 2**30}]
+
+
+# ---------------------------------------------------------------- MIG: leased by its instances
+
+MIG_LISTING = """GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-aaaa)
+  MIG 3g.20gb     Device  0: (UUID: MIG-1111)
+  MIG 3g.20gb     Device  1: (UUID: MIG-2222)
+GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-bbbb)
+"""
+MIG_ROWS = "0, NVIDIA A100-SXM4-40GB, 580.95.05, GPU-aaaa, 00000000:07:00.0\n" \
+           "1, NVIDIA A100-SXM4-40GB, 580.95.05, GPU-bbbb, 00000000:0F:00.0\n"
+
+
+def mig_host():
+    from kbench.gpu import preflight
+    return preflight.Host(run=lambda argv: MIG_LISTING if argv[1:] == ["-L"] else MIG_ROWS)
+
+
+def test_a_gpu_in_mig_mode_is_leased_by_its_instances_never_whole():
+    """nvidia-smi --query-gpu lists parents only: CUDA runs on a MIG instance, never on such a GPU whole, so the
+    lease picks among the instances (podman's CDI names them 0:0, 0:1; CUDA and docker by MIG- UUID)."""
+    from kbench.gpu import preflight
+    found = preflight.leasable(mig_host())
+    assert [(d["index"], d["uuid"], d.get("mig", False)) for d in found] == [
+        ("0:0", "MIG-1111", True), ("0:1", "MIG-2222", True), ("1", "GPU-bbbb", False)]
+    assert found[0]["name"] == "NVIDIA A100-SXM4-40GB MIG 3g.20gb" and found[0]["parent"] == "GPU-aaaa"
+    assert preflight.visible(found, {"CUDA_VISIBLE_DEVICES": "MIG-2222"}) == [found[1]]   # exported: kept, not lost
+
+
+def test_slurms_mig_gres_leases_the_instance_it_names(monkeypatch):
+    """SLURM's MIG gres numbers instances (its 0 is no GPU index) and names them in CUDA_VISIBLE_DEVICES: the lease
+    is that instance, by the runtime's name for it, its facts the instance's."""
+    from kbench.run import launch
+    from kbench.runtimes import RUNTIMES
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_JOB_GPUS", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-2222")
+    devices = launch.allocation_devices(["0"], mig_host())
+    assert [d["uuid"] for d in devices] == ["MIG-2222"]
+    assert launch.allocation_names(RUNTIMES["podman"], ["0"], mig_host()) == ["0:1"]
+    assert launch.allocation_names(RUNTIMES["host"], ["0"], mig_host()) == ["MIG-2222"]

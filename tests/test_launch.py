@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench import cell, runtimes
+from kbench import cell, compile_cache, runtimes
 from kbench.spec import CellSpec
 from kbench.run import launch
 
@@ -809,6 +809,9 @@ def test_a_host_gpu_cell_sees_only_the_gpu_it_leased(gpu_host, tmp_path, monkeyp
                                  launch.Options(timeout_s=30))
     assert (tmp_path / "seen").read_text() == "GPU-fake-1"
     assert result.provenance["launcher"]["gpus_allocated"] == ["GPU-fake-1"]
+    # what the identity check expects and what a compile cache built here is built for: the leased GPU's own facts
+    assert result.provenance["launcher"]["gpu_uuids"] == ["GPU-fake-1"]
+    assert result.provenance["launcher"]["device"] == compile_cache.device_key(fake_devices()[1])
     assert result.status == "failed" and result.error["type"] == "NoResult", result.error     # the stand-in writes no record
 
 

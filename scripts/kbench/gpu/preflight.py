@@ -57,6 +57,44 @@ def gpus(host: Host) -> list[dict]:
     return [dict(zip(("index", "name", "driver_version", "uuid", "pci_bus_id"), row)) for row in rows]
 
 
+# nvidia-smi -L: "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-...)", then its MIG instances indented beneath it
+_LISTED_GPU = re.compile(r"^GPU (?P<index>\d+): .*\(UUID: (?P<uuid>GPU-[^)\s]+)\)")
+_LISTED_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+(?P<device>\d+): \(UUID: (?P<uuid>MIG-[^)\s]+)\)")
+
+
+def mig_instances(host: Host) -> dict[str, list[dict]]:
+    """The MIG instances nvidia-smi -L lists, by their GPU's index: {profile, device, uuid}; {} where none (or where
+    nvidia-smi cannot say)."""
+    try:
+        out = host.run(["nvidia-smi", "-L"])
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found, parent = {}, None
+    for line in out.splitlines():
+        gpu, mig = _LISTED_GPU.match(line), _LISTED_MIG.match(line)
+        if gpu:
+            parent = gpu["index"]
+        elif mig and parent is not None:
+            found.setdefault(parent, []).append({"profile": mig["profile"], "device": mig["device"],
+                                                 "uuid": mig["uuid"]})
+    return found
+
+
+def leasable(host: Host) -> list[dict]:
+    """The devices a cell can run on: nvidia-smi's GPUs, each GPU in MIG mode replaced by its MIG instances (CUDA
+    runs on an instance, never on such a GPU whole), named as CUDA and the runtimes take them: index "<gpu>:<device>"
+    (podman's CDI names), UUID MIG-... (CUDA_VISIBLE_DEVICES, docker), name "<GPU> MIG <profile>", mig True."""
+    instances = mig_instances(host)
+    found = []
+    for device in gpus(host):
+        for mig in instances.get(device["index"], []):
+            found.append({**device, "index": f"{device['index']}:{mig['device']}", "uuid": mig["uuid"],
+                          "name": f"{device['name']} MIG {mig['profile']}", "mig": True, "parent": device["uuid"]})
+        if device["index"] not in instances:
+            found.append(device)
+    return found
+
+
 def visible(devices: list[dict], environ=os.environ) -> list[dict]:
     """The GPUs this pipeline may use: outside a SLURM job, those an exported CUDA_VISIBLE_DEVICES names (by index or
     UUID, as CUDA reads it), else all. Within a job SLURM's allocation says (kbench.run.launch)."""

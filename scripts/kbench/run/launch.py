@@ -82,7 +82,12 @@ def allocation_names(runtime: Runtime, allocated: list[str], host: preflight.Hos
     """SLURM's GPUs as the runtime takes them. A container starts outside the job's cgroup and sees the node's numbers
     (podman's CDI names, docker by UUID); a process in the job (host, preinstalled, apptainer) sees its GPUs
     renumbered from 0 where the cluster constrains devices, so it gets their UUIDs (the same on every view), and where
-    nvidia-smi here cannot name them (a renumbered view), the CUDA_VISIBLE_DEVICES SLURM set for the job."""
+    nvidia-smi here cannot name them (a renumbered view), the CUDA_VISIBLE_DEVICES SLURM set for the job. MIG
+    instances (SLURM's MIG gres) by their own names: the runtime's for each instance SLURM's CUDA_VISIBLE_DEVICES
+    names."""
+    devices = allocation_devices(allocated, host)
+    if devices and all(d.get("mig") for d in devices):
+        return [runtime.gpu_name(d) for d in devices]
     try:
         by_index = {d["index"]: d for d in preflight.gpus(host or preflight.Host())}
     except (OSError, subprocess.SubprocessError):
@@ -100,9 +105,14 @@ def allocation_devices(allocated: list[str], host: preflight.Host | None = None)
     GPUs renumbered from 0 (ConstrainDevices), the ones it lists are the job's own, as many as were allocated; else
     none known."""
     try:
-        listed = preflight.gpus(host or preflight.Host())
+        listed = preflight.leasable(host or preflight.Host())
     except (OSError, subprocess.SubprocessError):
         return []
+    # SLURM's MIG gres: its numbers count MIG instances, the job's CUDA_VISIBLE_DEVICES names them by UUID
+    named = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    by_uuid = {d["uuid"]: d for d in listed}
+    if named and all(name.startswith("MIG-") and name in by_uuid for name in named):
+        return [by_uuid[name] for name in named]
     by_index = {d["index"]: d for d in listed}
     if all(index in by_index for index in allocated):
         return [by_index[index] for index in allocated]
@@ -220,6 +230,9 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
                     context["launcher"]["device"] = compile_cache.device_key(
                         (lease.devices[0] if lease.devices else {}) if lease is not None else None)
                     if lease:        # a CPU cell keeps the scheduler's allocation as the record of its job
+                        # the leased GPUs by UUID, however the runtime names them (podman's CDI: by index): what
+                        # the runner's identity check expects the framework to run on
+                        context["launcher"]["gpu_uuids"] = [d.get("uuid") for d in lease.devices]
                         context["launcher"].update(gpus_allocated=lease.gpus,
                                                    cpus_allocated=lease.cpus or context["launcher"]["cpus_allocated"])
                     elif options.host_cpus and context["launcher"]["cpus_allocated"] is None:
@@ -278,7 +291,7 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
     if allocated is not None:
         yield Lease(allocation_names(runtime, allocated, host), devices=allocation_devices(allocated, host))
         return
-    listed = preflight.gpus(host)
+    listed = preflight.leasable(host)
     devices = preflight.visible(listed)
     if not devices:
         wanted = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -393,36 +393,39 @@ def is_mig(name) -> bool:
 
 
 def check_device_identity(spec: CellSpec, framework: str, facts: dict, context: dict) -> dict | None:
-    """The device the framework runs on must be the one the launcher leased (context.launcher.gpus_allocated): its
-    UUID as the framework reports it (torch: the device's properties), else as NVML names the device the cell's
-    CUDA_VISIBLE_DEVICES points to (in PCI order, CUDA's too with CUDA_DEVICE_ORDER=PCI_BUS_ID), against the lease's
-    first GPU where the lease names UUIDs, or NVML's where it names an index (a container handed that one GPU).
-    DeviceMismatch names both. A leased GPU in MIG mode is a mismatch too (CUDA runs on one of its MIG instances,
-    not on the whole GPU); a MIG instance leased by its own UUID passes and is named MIG (mig: no peak, so no MFU:
-    kbench.gpu.peaks has whole chips only). None for a CPU cell; checked False, with why, where nothing to compare
-    with is known (no lease: a cell run outside the launcher; no UUID from either view)."""
+    """The device the framework runs on must be the one the launcher leased: its UUID as the framework reports it
+    (torch: the device's properties), else as NVML names the device the cell's CUDA_VISIBLE_DEVICES points to (in PCI
+    order, CUDA's too with CUDA_DEVICE_ORDER=PCI_BUS_ID; JAX, TensorFlow, Paddle), against the leased GPU's UUID as
+    the launcher knew it (context.launcher.gpu_uuids, however the runtime named the GPU: podman by index), else the
+    lease's own name where that is a UUID. Never against the cell's own view of itself: a lease by index whose UUID
+    the launcher did not know is not checked, and says so. DeviceMismatch names both. A leased GPU in MIG mode is a
+    mismatch too (CUDA runs on one of its MIG instances, not on the whole GPU); a MIG instance leased by its own UUID
+    passes and is named MIG (mig: no peak, so no MFU: kbench.gpu.peaks has whole chips only). None for a CPU cell;
+    checked False, with why, where nothing to compare with is known."""
     if not preflight.is_gpu(spec.accelerator) or facts.get("kind") != "gpu":
         return None
     nvml_facts = facts.get("nvml") or {}
-    leased = list((context.get("launcher") or {}).get("gpus_allocated") or [])
+    launcher = context.get("launcher") or {}
+    leased = list(launcher.get("gpus_allocated") or [])
     own_reported = bool(uuid_key(facts.get("uuid")))
     own, own_from = ((facts.get("uuid"), f"{framework}'s own device properties") if own_reported
                      else (nvml_facts.get("uuid"), "NVML, by the visible device in PCI order"))
-    leased_uuid = leased[0] if leased and uuid_key(leased[0]) else None
+    known = [u for u in launcher.get("gpu_uuids") or [] if uuid_key(u)]
+    leased_uuid = known[0] if known else leased[0] if leased and uuid_key(leased[0]) else None
     expected, expected_from = leased_uuid, "the launcher leased"
-    if leased and not leased_uuid and own_reported:
-        expected, expected_from = nvml_facts.get("uuid"), f"the lease names GPU {leased[0]}, where NVML names"
     mig = (any(is_mig(name) for name in (own, *leased)) or nvml_facts.get("mig_mode") is True
            or "MIG" in str(facts.get("name") or "").split())
     record = {"leased": leased, "uuid": own, "uuid_from": own_from, "expected": expected, "mig": mig,
               "checked": bool(uuid_key(own) and uuid_key(expected))}
     if nvml_facts.get("mig_mode") is True and leased_uuid and not is_mig(leased_uuid):
         raise DeviceMismatch(f"the launcher leased {leased_uuid}, a GPU in MIG mode: CUDA runs on one of its MIG "
-                             f"instances ({framework} reports {own}), not on the whole GPU; lease a MIG instance by "
-                             "its MIG- UUID (nvidia-smi -L)")
+                             f"instances ({framework} reports {own}), not on the whole GPU; run on a GPU without MIG "
+                             "(nvidia-smi -i <index> -mig 0, by an admin), or lease a MIG instance: its MIG- UUID "
+                             "(nvidia-smi -L) in CUDA_VISIBLE_DEVICES")
     if not record["checked"]:
         record["reason"] = ("no lease to compare with (a cell run outside the launcher)" if not leased
-                            else "no device UUID from the framework or NVML")
+                            else f"the lease names GPU {leased[0]} and the launcher knew no UUID for it"
+                            if not leased_uuid else "no device UUID from the framework or NVML")
         return record
     if uuid_key(own) != uuid_key(expected):
         raise DeviceMismatch(f"{framework} runs on {own} ({facts.get('name')}; from {own_from}), but {expected_from} "
