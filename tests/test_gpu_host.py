@@ -384,3 +384,18 @@ def test_slurms_mig_gres_leases_the_instance_it_names(monkeypatch):
     assert [d["uuid"] for d in devices] == ["MIG-2222"]
     assert launch.allocation_names(RUNTIMES["podman"], ["0"], mig_host()) == ["0:1"]
     assert launch.allocation_names(RUNTIMES["host"], ["0"], mig_host()) == ["MIG-2222"]
+
+
+def test_a_slurm_job_with_constrained_devices_knows_its_gpu_by_uuid(monkeypatch):
+    """SLURM gave the node's GPU 5; under ConstrainDevices the job's nvidia-smi lists it alone, as index 0: the lease's
+    facts are that one GPU's (its UUID for the identity check and the compile cache), not "leased None"."""
+    from kbench.gpu import preflight
+    from kbench.run import launch
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    job_view = preflight.Host(run=lambda argv: "0, NVIDIA H100 80GB HBM3, 580.95.05, GPU-five, 00000000:9A:00.0\n")
+    assert [d["uuid"] for d in launch.allocation_devices(["5"], job_view)] == ["GPU-five"]
+    node_view = preflight.Host(run=lambda argv: "".join(f"{i}, NVIDIA H100 80GB HBM3, 580.95.05, GPU-{i}, x\n"
+                                                        for i in range(8)))
+    assert [d["uuid"] for d in launch.allocation_devices(["5"], node_view)] == ["GPU-5"]
+    assert launch.allocation_devices(["5", "6"], job_view) == []          # not as many: not known

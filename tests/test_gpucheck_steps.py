@@ -100,10 +100,11 @@ def test_an_account_that_is_not_root_cannot_act_as_a_second_one(monkeypatch):
 # ---------------------------------------------------------------- a process started as a cell is
 
 def launched(runtime="preinstalled", given=(2, 3), seen=(2, 3), pinning="affinity", leased=UUID, nvml_uuid=UUID,
-             torch_uuid=None, status="ok"):
+             torch_uuid=None, status="ok", gpu_uuids=None):
     job = {"cell_id": f"gpucheck/launched/{runtime}", "accelerator": "gpu", "framework_def": {"stack": "synthetic"}}
     context = {"runtime": runtime, "launcher": {"cpus_allocated": list(given) if given else None,
-                                                "cpu_pinning": pinning, "gpus_allocated": [leased]}}
+                                                "cpu_pinning": pinning, "gpus_allocated": [leased],
+                                                **({"gpu_uuids": gpu_uuids} if gpu_uuids else {})}}
     result = cell.new_result(job, context, status, None if status == "ok" else cell.error_info("Timeout", "late"))
     result.evidence = {"cpus": list(seen), "nvml": {"uuid": nvml_uuid}, "torch_uuid": torch_uuid,
                        "cuda_visible_devices": leased}
@@ -145,6 +146,15 @@ def test_the_launched_process_on_its_leased_gpu_passes_by_uuid_or_by_cdi_index(r
 ])
 def test_the_launched_process_on_another_gpu_fails(result, status):
     assert steps_of.launched_device_step(result, DEVICES)["status"] == status
+
+
+def test_a_slurm_job_on_gpu_5_of_a_node_with_constrained_devices_passes_by_the_uuid_its_lease_knew():
+    """SLURM gave the job the node's GPU 5; with ConstrainDevices its nvidia-smi lists that GPU as 0 alone. The
+    container runtime is handed the node's index "5"; the launcher knew its UUID from the job's own listing."""
+    view = [{"index": "0", "uuid": UUID}]
+    assert passed(steps_of.launched_device_step(launched("podman", leased="5", gpu_uuids=[UUID]), view))
+    assert steps_of.launched_device_step(launched("podman", leased="5", gpu_uuids=[OTHER]), view)["status"] == \
+        f"FAILED: leased {OTHER}, ran on {UUID}"
 
 
 # ---------------------------------------------------------------- the conv probe

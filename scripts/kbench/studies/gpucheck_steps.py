@@ -186,16 +186,21 @@ def pinning_step(result: cell.CellResult, delegation: host.Delegation | None = N
 
 
 def launched_device_step(result: cell.CellResult, devices: list[dict]) -> dict:
-    """The GPU the launched process saw, by UUID, is the one its lease names (a UUID, or an index: podman's CDI)."""
+    """The GPU the launched process saw, by UUID, is the one it was leased: by the UUID the launcher knew for its lease
+    (provenance.launcher.gpu_uuids: a SLURM job's renumbered view included, where the node's index "5" names nothing
+    the job's nvidia-smi lists), else the lease's own name (a UUID, or an index: podman's CDI)."""
     runtime = result.provenance.get("runtime")
     name = f"launched device ({runtime})"
     if result.status != "ok":
         return step(name, failed(f"the process did not run: {result.text()}"))
-    leased = ((result.provenance.get("launcher") or {}).get("gpus_allocated") or [None])[0]
+    launcher = result.provenance.get("launcher") or {}
+    leased = (launcher.get("gpus_allocated") or [None])[0]
+    known = next((u for u in launcher.get("gpu_uuids") or [] if uuid_key(u)), None)
     evidence = result.evidence
     seen, source = ((evidence["torch_uuid"], "torch") if uuid_key(evidence.get("torch_uuid"))
                     else ((evidence.get("nvml") or {}).get("uuid"), "NVML"))
-    expected = leased if uuid_key(leased) else next((d["uuid"] for d in devices if d["index"] == str(leased)), None)
+    expected = known or (leased if uuid_key(leased) else next((d["uuid"] for d in devices
+                                                                if d["index"] == str(leased)), None))
     figures = f"leased {leased}, saw {seen} ({source}); CUDA_VISIBLE_DEVICES={evidence.get('cuda_visible_devices')}"
     if not uuid_key(seen):
         return step(name, not_measured("the process saw no GPU UUID (no torch with a GPU, no NVML)"), figures)
