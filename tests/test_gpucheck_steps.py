@@ -265,3 +265,50 @@ def test_the_probe_runs_the_frameworks_conv_beside_its_matmul(monkeypatch, capsy
     row = gpucheck.probe_row("jax", "off", result)
     assert (row["float32 matmul is"], row["float32 conv is"]) == ("fp32", "tf32")
     assert steps_of.conv_probe_step([row])["status"] == "FAILED: jax: conv is tf32 with TF32 off"
+
+
+# ---------------------------------------------------------------- the first GPU run's fourth pass, on a lent GPU
+
+H100 = [{"index": "0", "name": "NVIDIA H100 80GB HBM3", "uuid": UUID, "driver_version": "580", "pci_bus_id": "x"},
+        {"index": "1", "name": "NVIDIA H100 80GB HBM3", "uuid": OTHER, "driver_version": "580", "pci_bus_id": "y"}]
+
+
+def test_the_cache_step_passes_where_the_key_tells_gpu_models_apart_and_fails_where_it_does_not(monkeypatch):
+    assert passed(steps_of.cache_across_models_step(H100))
+    monkeypatch.setattr(steps_of.compile_cache, "device_key", lambda device: "gpu")      # the key blind to the GPU
+    assert steps_of.cache_across_models_step(H100)["status"].startswith("FAILED: the key does not tell")
+
+
+def test_the_index_lease_step_passes_where_the_check_holds_the_leased_uuid_and_fails_where_nvml_meets_itself(
+        monkeypatch):
+    assert passed(steps_of.index_lease_identity_step(H100))
+    real = steps_of.runner.check_device_identity
+
+    def against_itself(spec, framework, facts, context):      # the old fallback: NVML's view as the expectation
+        context = {"launcher": {"gpus_allocated": context["launcher"]["gpus_allocated"],
+                                "gpu_uuids": [facts["nvml"]["uuid"]]}}
+        return real(spec, framework, facts, context)
+    monkeypatch.setattr(steps_of.runner, "check_device_identity", against_itself)
+    assert steps_of.index_lease_identity_step(H100)["status"].startswith("FAILED")
+
+
+def test_the_slurm_step_resolves_the_last_gpu_in_both_views(monkeypatch):
+    row = steps_of.slurm_allocation_step(H100)
+    assert passed(row) and row["figures"] == f"GPU 1: node view {OTHER}, job view {OTHER}", row
+    monkeypatch.setattr(steps_of.launch, "allocation_devices", lambda allocated, host=None: [])
+    assert steps_of.slurm_allocation_step(H100)["status"].startswith("FAILED")
+
+
+def test_the_mig_step_lists_instances_in_one_line_and_fails_a_mig_gpu_without_one():
+    from kbench.gpu import preflight
+    listing = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a)\n  MIG 3g.20gb     Device  0: (UUID: MIG-1)\n" \
+              "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-b)\n"
+    rows = "0, NVIDIA A100-SXM4-40GB, 580, GPU-a, x\n1, NVIDIA A100-SXM4-40GB, 580, GPU-b, y\n"
+
+    def host_with(modes):
+        return preflight.Host(run=lambda argv: listing if argv[1:] == ["-L"] else modes if "mig.mode.current" in
+                              argv[1] else rows)
+    row = steps_of.mig_step(host_with("0, Enabled\n1, Disabled\n"))
+    assert passed(row) and row["figures"] == "0:0 NVIDIA A100-SXM4-40GB MIG 3g.20gb; 1 NVIDIA A100-SXM4-40GB", row
+    assert steps_of.mig_step(host_with("0, Enabled\n1, Enabled\n"))["status"].startswith(
+        "FAILED: GPU 1 in MIG mode with no MIG instance")

@@ -376,7 +376,9 @@ def host_steps(gpus: list[dict], args: argparse.Namespace, out: Path, deadline: 
     where podman holds one of this repository's GPU images, through podman (as this account: rootless where it is
     not root)."""
     devices = preflight.visible(gpus)
-    steps = [steps_of.cpu_shares_step(devices), steps_of.second_account_lease_step(devices)]
+    steps = [steps_of.cpu_shares_step(devices), steps_of.second_account_lease_step(devices),
+             steps_of.cache_across_models_step(devices), steps_of.index_lease_identity_step(devices),
+             steps_of.slurm_allocation_step(devices), steps_of.mig_step()]
     if not devices:
         return steps
     stack = "synthetic" if args.plan == "synthetic" else "native-torch"

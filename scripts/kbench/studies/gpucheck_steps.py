@@ -16,7 +16,15 @@ that ran). The steps:
 - busy share against the window: every GPU cell with a device profiler has a device-busy share over its own timed
   window's ms/step, in (0, 1];
 - device UUID: every GPU cell compared the device its framework ran on with its lease (kbench.run.runner
-  .check_device_identity) and recorded it checked.
+  .check_device_identity) and recorded it checked;
+- compile cache across GPU models: a cache built on another GPU model (or a MIG instance of this one) is refused
+  for this GPU, one built on this model is not (kbench.compile_cache.refusal);
+- identity on an index lease: with this GPU leased by index (podman's CDI) and no UUID from the framework (JAX,
+  TensorFlow, Paddle), the check expects the UUID the launcher leased: this GPU's passes, another GPU's fails;
+- a SLURM allocation other than GPU 0: the node's last GPU, in the node's view and in a job's renumbered view
+  (ConstrainDevices: it alone, as 0), resolves to that GPU's UUID;
+- MIG: the devices a cell can lease, MIG instances in place of their GPU (kbench.gpu.preflight.leasable), listed in
+  one line; a GPU in MIG mode without an instance fails it (no cell could run there).
 """
 from __future__ import annotations
 
@@ -27,10 +35,12 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
-from kbench import cell, host, records
+from kbench import cell, compile_cache, host, records
 from kbench.gpu import preflight
 from kbench.run import launch
+from kbench.run import runner
 from kbench.run.runner import uuid_key
 
 PASSED = "passed"
@@ -290,6 +300,90 @@ def device_uuid_step(results: list[cell.CellResult]) -> dict:
     figures = "; ".join(f"{cell_id.rsplit('/', 1)[-1]}: {found.get('uuid')} ({found.get('uuid_from')})"
                         for cell_id, found in identities.items() if found.get("checked"))
     return step(name, failed("; ".join(unchecked)) if unchecked else PASSED, figures)
+
+
+def cache_across_models_step(devices: list[dict]) -> dict:
+    """The lent GPU's compile-cache key refuses a cache from another GPU model and from a MIG instance, and takes one
+    from its own model."""
+    name = "compile cache across GPU models"
+    if not devices:
+        return step(name, not_measured("no GPU listed"))
+    own = {"status": "ok", "lock_sha256": "sha256:l", "image_id": "i", "device": compile_cache.device_key(devices[0])}
+    other = "NVIDIA A100-SXM4-40GB" if "A100" not in devices[0]["name"] else "NVIDIA H100 80GB HBM3"
+    found = {"another model": compile_cache.refusal({**own, "device": compile_cache.device_key({"name": other})},
+                                                    own),
+             "a MIG instance": compile_cache.refusal({**own, "device": compile_cache.device_key(
+                 {**devices[0], "uuid": "MIG-x"})}, own) if not devices[0].get("mig") else "n/a",
+             "its own model": compile_cache.refusal(dict(own), own)}
+    figures = f"{own['device']}: " + "; ".join(f"{k}: {v or 'taken'}" for k, v in found.items())
+    if not found["another model"] or not found["a MIG instance"] or found["its own model"]:
+        return step(name, failed("the key does not tell this GPU's model from another's"), figures)
+    return step(name, PASSED, figures)
+
+
+def index_lease_identity_step(devices: list[dict]) -> dict:
+    """The runner's identity check on a lease by index, with NVML's view alone (JAX, TensorFlow, Paddle): this GPU
+    leased by its UUID passes; another GPU's UUID leased fails (it used to compare NVML's view with itself)."""
+    name = "identity on an index lease"
+    if not devices:
+        return step(name, not_measured("no GPU listed"))
+    mine = devices[0]
+    other = next((d["uuid"] for d in devices[1:]), "GPU-00000000-0000-0000-0000-000000000000")
+    facts = {"kind": "gpu", "name": mine["name"], "uuid": None, "nvml": {"uuid": mine["uuid"], "name": mine["name"]}}
+    spec = SimpleNamespace(accelerator="gpu")        # what the check reads of a cell's spec
+
+    def check(leased_uuid):
+        context = {"launcher": {"gpus_allocated": [mine["index"]], "gpu_uuids": [leased_uuid]}}
+        try:
+            return runner.check_device_identity(spec, "jax", facts, context)
+        except runner.DeviceMismatch as error:
+            return error
+    own, wrong = check(mine["uuid"]), check(other)
+    figures = f"GPU {mine['index']} by index, NVML {mine['uuid']}; leased other {other}: " + (
+        "refused" if isinstance(wrong, runner.DeviceMismatch) else "taken")
+    if isinstance(own, Exception) or not own.get("checked") or not isinstance(wrong, runner.DeviceMismatch):
+        return step(name, failed("the check does not hold an index lease to the UUID it leased"), figures)
+    return step(name, PASSED, figures)
+
+
+def slurm_allocation_step(devices: list[dict]) -> dict:
+    """A SLURM job on the node's last GPU (7 of 8 single-GPU jobs are on no GPU 0): its index resolves to that GPU's
+    UUID in the node's view, and in a job's renumbered view (ConstrainDevices: the GPU alone, as 0)."""
+    name = "SLURM allocation other than GPU 0"
+    if not devices:
+        return step(name, not_measured("no GPU listed"))
+    last = devices[-1]
+    node = launch.allocation_devices([last["index"]], preflight.Host(run=lambda argv: _rows(devices)))
+    job = launch.allocation_devices([last["index"]], preflight.Host(run=lambda argv: _rows([{**last, "index": "0"}])))
+    seen = [found[0]["uuid"] if found else None for found in (node, job)]
+    figures = f"GPU {last['index']}: node view {seen[0]}, job view {seen[1]}"
+    if seen != [last["uuid"], last["uuid"]]:
+        return step(name, failed(f"GPU {last['index']} did not resolve to {last['uuid']}"), figures)
+    return step(name, PASSED, figures)
+
+
+def _rows(devices: list[dict]) -> str:
+    return "".join(f"{d['index']}, {d['name']}, {d.get('driver_version', '')}, {d['uuid']}, "
+                   f"{d.get('pci_bus_id', '')}\n" for d in devices if ":" not in d["index"])
+
+
+def mig_step(host_: preflight.Host | None = None) -> dict:
+    """The devices a cell can lease, MIG instances in place of their GPU, in one line; a GPU in MIG mode with no
+    instance fails (CUDA would see nothing there)."""
+    name = "MIG"
+    host_ = host_ or preflight.Host()
+    try:
+        found = preflight.leasable(host_)
+        modes = host_.run(["nvidia-smi", "--query-gpu=index,mig.mode.current", "--format=csv,noheader"])
+    except (OSError, subprocess.SubprocessError) as error:
+        return step(name, not_measured(f"nvidia-smi: {error}"))
+    figures = "; ".join(f"{d['index']} {d['name']}" for d in found)
+    enabled = [row.split(",")[0].strip() for row in modes.splitlines() if row.strip().lower().endswith("enabled")]
+    empty = [index for index in enabled if not any(d["index"].startswith(f"{index}:") for d in found)]
+    if empty:
+        return step(name, failed(f"GPU {', '.join(empty)} in MIG mode with no MIG instance: no cell can run there "
+                                 "(nvidia-smi mig -cgi <profile> -C, by an admin, or -mig 0)"), figures)
+    return step(name, PASSED, figures or "no GPU listed")
 
 
 def failures(rows: list[dict]) -> list[str]:
