@@ -46,11 +46,35 @@ def test_jax_sync_is_block_until_ready(monkeypatch, calls):
 def test_torch_sync_is_cuda_synchronize_on_a_gpu(monkeypatch, calls, cuda):
     fake_cuda = types.SimpleNamespace(is_available=lambda: cuda, synchronize=calls("synchronize"),
                                       get_device_name=lambda i: "NVIDIA A100", max_memory_allocated=lambda: 1)
-    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda))
+    fake_cuda.init = lambda: None
+    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda, zeros=lambda *a, **k: None))
     hooks = _hooks.torch_hooks()
     hooks["sync"]("step output")
     assert calls.calls == ([("synchronize", ())] if cuda else [])
     assert hooks["sync_name"] == ("torch.cuda.synchronize" if cuda else "none: torch runs synchronously on a CPU")
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_torch_starts_its_cuda_context_in_the_import_part_of_the_first_step(monkeypatch, calls, cuda):
+    """torch starts CUDA lazily: without this its context (0.5-3 s) started in the numerics probe, which no part of
+    the time to the first step counts; JAX starts its device in jax.devices(), inside the hooks already."""
+    fake_cuda = types.SimpleNamespace(is_available=lambda: cuda, init=calls("cuda.init"))
+    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda, zeros=calls("zeros")))
+    _hooks.torch_hooks()
+    assert calls.calls == ([("cuda.init", ()), ("zeros", (1,))] if cuda else [])
+
+
+def test_tensorflow_starts_its_gpu_in_the_import_part_of_the_first_step(monkeypatch, calls):
+    import contextlib
+    placed = []
+    config = types.SimpleNamespace(list_physical_devices=lambda kind: ["GPU:0"],
+                                   experimental=types.SimpleNamespace(get_synchronous_execution=lambda: True))
+    constant = types.SimpleNamespace(numpy=calls("numpy"))
+    install(monkeypatch, "tensorflow", types.SimpleNamespace(
+        config=config, constant=lambda value: constant,
+        device=lambda name: placed.append(name) or contextlib.nullcontext()))
+    _hooks.tf_hooks()
+    assert placed == ["/GPU:0"] and calls.calls == [("numpy", ())]
 
 
 @pytest.mark.parametrize("gpus, synchronous, synced", [(["GPU:0"], True, True), ([], False, True), ([], True, False)])
@@ -61,8 +85,10 @@ def test_tensorflow_sync_is_sync_devices_where_execution_is_asynchronous(monkeyp
         experimental=types.SimpleNamespace(get_synchronous_execution=lambda: synchronous,
                                            get_device_details=lambda d: {"device_name": "NVIDIA A100"},
                                            get_memory_info=lambda d: {"peak": 5}))
+    import contextlib
     tf = types.SimpleNamespace(config=config, test=types.SimpleNamespace(
-        experimental=types.SimpleNamespace(sync_devices=calls("sync_devices"))))
+        experimental=types.SimpleNamespace(sync_devices=calls("sync_devices"))),
+        device=lambda name: contextlib.nullcontext(), constant=lambda v: types.SimpleNamespace(numpy=lambda: v))
     install(monkeypatch, "tensorflow", tf)
     hooks = _hooks.tf_hooks()
     hooks["sync"]("step output")
@@ -165,6 +191,28 @@ def test_torch_profiles_a_discarded_warm_step_then_the_steps_and_reports_a_stopp
         assert "_is_kineto_stopped" in found.stopped
 
 
+@pytest.mark.parametrize("stopped", [True, False])
+def test_torchs_trace_for_the_breakdown_refuses_a_kineto_that_stopped(monkeypatch, tmp_path, stopped):
+    """As the busy share's hook does: a trace Kineto stopped filling would read its missing kernels as waiting."""
+    log = []
+    fake_torch_profiler(monkeypatch, log, stopped)
+    import contextlib
+    profiler = sys.modules["torch.profiler"]
+    profiler.record_function = lambda name: contextlib.nullcontext()
+    FakeProfile.export_chrome_trace = lambda self, path: open(path, "w").write("{}")
+    sys.modules["torch"].autograd._is_kineto_stopped = lambda: stopped
+    marks = []
+
+    def run(mark=None):
+        marks.append(mark is not None)
+    if stopped:
+        with pytest.raises(RuntimeError, match="Kineto stopped collecting"):
+            _hooks.torch_trace(lambda: None, run, tmp_path, cuda=True)
+    else:
+        assert _hooks.torch_trace(lambda: None, run, tmp_path, cuda=True).exists()
+    assert marks == [True]          # each profiled step inside its own mark
+
+
 # ---------------------------------------------------------------- e2e: the schedule on a real torch (CPU activity)
 
 # Runs inside the native-torch image (a CPU torch: its CPU activity stands in for CUDA's, same schedule).
@@ -210,6 +258,8 @@ def test_torch_reports_the_uuid_cuda_gives_its_device(monkeypatch, cuda):
     props = types.SimpleNamespace(uuid="8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f")
     fake_cuda = types.SimpleNamespace(is_available=lambda: cuda, get_device_name=lambda i: "NVIDIA H100 80GB HBM3",
                                       device_count=lambda: int(cuda), get_device_properties=lambda i: [props][i])
-    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda, version=types.SimpleNamespace(cuda="12.8")))
+    fake_cuda.init = lambda: None
+    install(monkeypatch, "torch", types.SimpleNamespace(cuda=fake_cuda, version=types.SimpleNamespace(cuda="12.8"),
+                                                        zeros=lambda *a, **k: None))
     found = _hooks.torch_hooks()["device"]()
     assert found["uuid"] == ("8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f" if cuda else None)

@@ -112,6 +112,9 @@ JAX_DURATIONS = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
 def tf_hooks() -> dict:
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
+    if gpus:        # the device starts here, in the import part of the first step (else: in the numerics probe)
+        with tf.device("/GPU:0"):
+            tf.constant(0.0).numpy()
     # GPU kernels run asynchronously; on a CPU eager execution is synchronous unless switched off.
     if gpus or not tf.config.experimental.get_synchronous_execution():
         sync, sync_name = (lambda _: tf.test.experimental.sync_devices()), "tf.test.experimental.sync_devices"
@@ -151,6 +154,9 @@ def tf_hooks() -> dict:
 def torch_hooks() -> dict:
     import torch
     cuda = torch.cuda.is_available()
+    if cuda:        # the CUDA context starts here, in the import part of the first step (else: in the numerics probe)
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")
 
     def set_tf32(mode: str, compute_dtype: str = "float32", task: str | None = None) -> dict:
         if mode != "library-default":       # float32 products only: a half-precision cell is untouched by it
@@ -340,6 +346,7 @@ def paddle_hooks() -> dict:
     gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
     if gpu:
         paddle.device.set_device("gpu:0")
+        paddle.zeros([1]).numpy()       # the device starts here, in the import part of the first step
     flags = ("FLAGS_allow_tf32_cublas", "FLAGS_allow_tf32_cudnn")
 
     def set_tf32(mode: str, compute_dtype: str = "float32", task: str | None = None) -> dict:
