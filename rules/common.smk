@@ -15,7 +15,7 @@ SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import precision, records
+from kbench import compile_cache, precision, records
 from kbench.cell import WARM_SUFFIX
 from kbench.gpu import preflight
 from kbench.plan import config_check, departures, matrix, sources
@@ -297,8 +297,16 @@ def disk_preflight_before_jobs():
         archives += [f"{stack}.{config['accelerator']}" for stack in suite_stacks(config["suite"])]
     venvs = [name(job) for job in jobs if job.rule.name == "environment"]
     others = [job for job in jobs if job.rule.name not in BUILD_RULES + ARCHIVE_RULES + ("environment",)]
+    cells = [(job, cell_spec(job.wildcards)) for job in others if job.rule.name == "cell"]
+    kept = disk.Kept(
+        caches=sum(1 for job, spec in cells if job.wildcards.repeat == "1" and compile_cache.has_cache(spec)),
+        traces=sum(1 for _, spec in cells if spec.steps.breakdown),
+        copies=sum(1 for job in others if job.rule.name == "warm_cell")
+        + sum(1 for job, spec in cells if job.wildcards.repeat != "1" and compile_cache.has_cache(spec)),
+        at_once=gpus_on_this_host(),
+        kind="cpu" if config["accelerator"] == "cpu" else "gpu")
     needs = disk.plan_needs(disk.graphroot() if builds else None, Path(RESULTS), Path(workflow.basedir) / ".envs",
-                            builds, archives, venvs, len(others), Path(results("images")))
+                            builds, archives, venvs, len(others), Path(results("images")), kept)
     try:
         disk.check(needs)
     except disk.DiskShort as error:

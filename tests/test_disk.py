@@ -152,3 +152,27 @@ def test_a_plan_that_will_not_fit_stops_before_its_first_job_and_the_switch_skip
     assert not (tmp_path / "mmdebstrap-ran").exists() and not (results / "logs" / "images").exists()
     proc = snakemake(*args, "--config", "disk_check=False", cwd=tmp_path, env=env, timeout=600)
     assert "disk: not enough disk" not in proc.stdout and (tmp_path / "mmdebstrap-ran").exists(), proc.stdout[-3000:]
+
+
+def test_what_the_cells_keep_is_counted_under_results(tmp_path):
+    """A GPU plan's 110 compiled cold cells keep a compile cache each (XLA's executables with their cubins,
+    Inductor's kernels: hundreds of MB a model), its profiled cells a trace each, and its warm twins copy a cache while
+    they run (one at a time per GPU): none of it was counted at 1 MB a job."""
+    kept = disk.Kept(caches=110, traces=200, copies=110, at_once=2, kind="gpu")
+    results = disk.plan_needs(None, tmp_path / "results", tmp_path / ".envs", [], [], [], 400, None, kept)[0]
+    expected = 400 * disk.RESULT_BYTES + 110 * disk.CACHE_BYTES["gpu"] + 200 * 8 * 2**20 + 2 * disk.CACHE_BYTES["gpu"]
+    assert results.bytes == pytest.approx(expected)
+    assert results.what == ["400 job(s)' results, 0.4 GB", "110 kept compile cache(s), 55.0 GB",
+                            "200 trace(s), up to 1.7 GB", "2 cache copy(ies) at a time for 110 warm run(s), 1.0 GB"]
+    assert disk.plan_needs(None, tmp_path, tmp_path, [], [], [], 0, None, disk.Kept())[:1] == []
+
+
+def test_a_gpu_stack_without_a_record_is_taken_at_the_measured_ranges_top(tmp_path):
+    """GPU images measured 5.8-10.5 GB over the 13 GPU locks, each stack's own not recorded: the top, never short."""
+    assert disk.expected_bytes("keras3-jax.gpu", tmp_path) == pytest.approx(10.5 * GB)
+
+
+def test_a_venv_is_its_image_less_the_base(tmp_path):
+    """A host run's venv holds what the stack adds to the base image, not the whole image again."""
+    venv = disk.plan_needs(None, tmp_path / "results", tmp_path / ".envs", [], [], ["keras2.cpu"], 0, None)[0]
+    assert venv.bytes == pytest.approx((3.17 - 0.54) * GB) and venv.what == ["1 venv(s), 2.6 GB"]

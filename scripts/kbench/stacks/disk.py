@@ -8,7 +8,11 @@ have moved, the size hardly), else the same stack's record for another GPU accel
 below. Builds run one at a time (kbench.stacks.images: a host-wide lock), and a podman build holds about BUILD_PEAK
 times its image while it commits the layer (docs/tests.md: 28 GB for the 8.1 GB Keras 3 on torch image); in an order
 nobody controls the largest may come last, so the storage must hold every new image and BUILD_PEAK - 1 more of the
-largest. Not counted: the uv download cache (containers.uv_cache), the equivalence reference's weights (.npz, the
+largest. Under results/, beside each job's JSON and log: each compiled cold cell's compile cache, kept beside its
+record (CACHE_BYTES: on a GPU XLA's executables embed their cubins and Inductor keeps .cubin/.ptx/.ttir and autotune
+variants per kernel, hundreds of MB a model, not yet measured on a GPU; a tiny CPU cell's is under 1 MB), each
+profiled cell's trace (at most the trace cap, kbench.breakdown.measure), and while a warm twin, a later repeat or an
+equivalence job runs, its copy of the caches it starts from (one at a time per cell running at once). Not counted: the uv download cache (containers.uv_cache), the equivalence reference's weights (.npz, the
 model's size in float32: tens of GB for the paper suite's 7B models), docker's and apptainer's own copies. The
 workflow's onstart calls it (rules/common.smk, disk_preflight_before_jobs); config disk_check: false skips it.
 """
@@ -23,17 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbench import host
+from kbench.breakdown.measure import TRACE_CAP_BYTES
 from kbench.lockpaths import lock_path
 from kbench.stacks import envs, images
 
 GB = 1e9
 BUILD_PEAK = 3.5
 # Measured image sizes, GB (podman's image Size): the CPU images a tiny-suite run built from today's locks (paddle's
-# not built); GPU images 5.8-10.5 GB over the 13 GPU locks (docs/tests.md), each stack's own not recorded: DEFAULT_GB.
+# not built); GPU images 5.8-10.5 GB over the 13 GPU locks (docs/tests.md), each stack's own not recorded: a GPU
+# stack without a record of its own is taken at the range's top, so the plan is never short.
 MEASURED_GB = {"base": 0.54, "synthetic.cpu": 0.61, "synthetic.gpu": 0.61, "keras2.cpu": 3.17, "keras3-jax.cpu": 3.75,
                "keras3-tensorflow.cpu": 3.21, "keras3-torch.cpu": 8.11, "native-torch.cpu": 5.83}
-DEFAULT_GB = {"cpu": 4.0, "gpu": 8.0}       # a stack not in the table: the tiny run's mean CPU image, the GPU range's middle
+DEFAULT_GB = {"cpu": 4.0, "gpu": 10.5}      # a stack not in the table: the tiny run's mean CPU image, the GPU range's top
 RESULT_BYTES = 1_000_000     # a job's results: its JSON and log (a tiny cell's are under 20 KB; compile logs more)
+CACHE_BYTES = {"cpu": 50_000_000, "gpu": 500_000_000}      # a compiled cell's kept compile cache (see above)
 SKIP = "or skip this check with --config disk_check=False"
 
 
@@ -81,11 +88,35 @@ def expected_bytes(image: str, records: Path | None = None) -> float:
     return DEFAULT_GB[kind] * GB
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What the plan's cells keep beside their records, and copy while they run: compiled cold cells' caches,
+    profiled cells' traces, and the cache copies of the runs that start warm (at most `at_once` at a time)."""
+    caches: int = 0
+    traces: int = 0
+    copies: int = 0
+    at_once: int = 1
+    kind: str = "cpu"           # cpu or gpu: a cache's size
+
+    def bytes(self) -> float:
+        cache = CACHE_BYTES[self.kind]
+        return self.caches * cache + self.traces * TRACE_CAP_BYTES + min(self.copies, self.at_once) * cache
+
+    def what(self) -> list[str]:
+        cache = CACHE_BYTES[self.kind]
+        said = [f"{self.caches} kept compile cache(s), {_size(self.caches * cache)}"] if self.caches else []
+        said += [f"{self.traces} trace(s), up to {_size(self.traces * TRACE_CAP_BYTES)}"] if self.traces else []
+        said += [f"{min(self.copies, self.at_once)} cache copy(ies) at a time for {self.copies} warm run(s), "
+                 f"{_size(min(self.copies, self.at_once) * cache)}"] if self.copies else []
+        return said
+
+
 def plan_needs(storage: Path | None, results: Path, venvs: Path, builds: list[str], archives: list[str],
-               venv_stacks: list[str], jobs: int, records: Path | None = None) -> list[Need]:
+               venv_stacks: list[str], jobs: int, records: Path | None = None, kept: Kept = Kept()) -> list[Need]:
     """The plan's needs: builds (images to build, "base" or "<stack>.<accelerator>") on podman's storage (None: no
-    podman, the builds fail before they write), archives (images saved as files: shipped, exported, archived) and
-    jobs' results under results/, venv_stacks ("<stack>.<accelerator>", runtime host) as venvs."""
+    podman, the builds fail before they write), archives (images saved as files: shipped, exported, archived), jobs'
+    results and what the cells keep and copy (kept) under results/, venv_stacks ("<stack>.<accelerator>", runtime
+    host) as venvs."""
     needs = []
     if builds and storage is not None:
         sizes = [expected_bytes(image, records) for image in builds]
@@ -93,11 +124,11 @@ def plan_needs(storage: Path | None, results: Path, venvs: Path, builds: list[st
         needs.append(Need("podman's storage", storage, sum(sizes) + (BUILD_PEAK - 1) * largest,
                           [f"{len(builds)} image(s) to build, {sum(sizes) / GB:.1f} GB, and {BUILD_PEAK:g}x the "
                            f"largest ({largest / GB:.1f} GB) while it builds"]))
-    if archives or jobs:
+    if archives or jobs or kept.bytes():
         size = sum(expected_bytes(image, records) for image in archives)
         what = ([f"{len(archives)} image archive(s), {_size(size)}"] if archives else []) + \
-            ([f"{jobs} job(s)' results, {_size(jobs * RESULT_BYTES)}"] if jobs else [])
-        needs.append(Need(f"{results.name}/", results, size + jobs * RESULT_BYTES, what))
+            ([f"{jobs} job(s)' results, {_size(jobs * RESULT_BYTES)}"] if jobs else []) + kept.what()
+        needs.append(Need(f"{results.name}/", results, size + jobs * RESULT_BYTES + kept.bytes(), what))
     if venv_stacks:
         base = expected_bytes("base", records)
         size = sum(max(expected_bytes(stack, records) - base, 0) for stack in venv_stacks)
