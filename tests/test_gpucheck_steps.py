@@ -41,6 +41,7 @@ def test_the_launchers_shares_pass_on_two_sockets_with_hyperthreads(tmp_path, si
     ([[0, 1, 2, 3], [8, 9, 10, 11], [4, 5, 12, 13], [6, 7, 14, 15]], ["core 0,8 is split between shares"]),
     ([[0, 8, 1, 9], [2, 10, 3, 11], [4, 12, 5, 13], [6, 14]], ["shares of [2, 4] CPUs"]),
     ([[0, 8, 1, 9], [2, 10, 3, 11], [4, 12, 5, 13], [6, 14, 7, 15]], ["GPU 0's share is off its NUMA node 1"]),
+    ([[0, 8, 1], [2, 10, 3, 11], [4, 12, 5, 13], [6, 14, 7, 15]], ["core 1,9 is split between shares"]),   # one, none
 ])
 def test_shares_that_overlap_split_a_core_differ_in_size_or_leave_their_node_fail(tmp_path, sixteen_cpus, monkeypatch,
                                                                                   shares, words):
@@ -49,6 +50,18 @@ def test_shares_that_overlap_split_a_core_differ_in_size_or_leave_their_node_fai
     monkeypatch.setattr(steps_of.launch, "cpu_shares", lambda devices, sysfs=None: shares)
     row = steps_of.cpu_shares_step(gpus_on_bus(4), sysfs)
     assert failed(row, *words), row
+
+
+def test_a_gpu_left_off_its_split_node_fails_and_the_split_layout_passes(tmp_path, monkeypatch):
+    """NPS4 in small (8 nodes of 2 cores, 2 GPUs on each of nodes 0-3): the second GPU of a pair given a GPU-less node
+    used to pass; its node could hold a share for each of its GPUs."""
+    sysfs = fake_topology(tmp_path / "sys", sockets=8, cores=2, threads=1, gpu_nodes=(0, 0, 1, 1, 2, 2, 3, 3))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert passed(steps_of.cpu_shares_step(gpus_on_bus(8), sysfs))
+    left = [[0, 1], [8, 9], [2, 3], [10, 11], [4, 5], [12, 13], [6, 7], [14, 15]]
+    monkeypatch.setattr(steps_of.launch, "cpu_shares", lambda devices, sysfs=None: left)
+    assert failed(steps_of.cpu_shares_step(gpus_on_bus(8), sysfs), "GPU 1's share is off its NUMA node 0, whose 2 "
+                                                                   "cores give each of its 2 GPUs 1")
 
 
 def test_fewer_cpus_than_gpus_and_no_gpu_are_not_measured(tmp_path, monkeypatch):

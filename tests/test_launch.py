@@ -1028,6 +1028,22 @@ def test_each_cell_gets_cores_of_its_gpus_numa_node(tmp_path, monkeypatch, gpu_h
         assert (second, second.cpus) == (["1"], [0, 1, 2, 3, 8, 9, 10, 11])
 
 
+def test_a_numa_node_with_two_gpus_is_split_between_them(tmp_path, monkeypatch):
+    """A DGX A100 in NPS4, in small: 8 nodes of 2 cores, 2 GPUs on each of nodes 0-3. Each GPU gets a core of its own
+    node (a share shrinks to what its node gives each of its GPUs), none a GPU-less node 4-7."""
+    sysfs = fake_topology(tmp_path / "sys", sockets=8, cores=2, threads=1, gpu_nodes=(0, 0, 1, 1, 2, 2, 3, 3))
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert launch.cpu_shares(gpus_on_bus(8), sysfs) == [[0], [1], [2], [3], [4], [5], [6], [7]]
+
+
+def test_a_node_with_fewer_cores_left_than_a_share_gives_none_and_the_share_goes_elsewhere(tmp_path, monkeypatch):
+    """Three GPUs on node 0 of two nodes of 2 cores: a node with more GPUs than cores cannot be split; shares of one
+    core, two from node 0, the third from node 1, never a short one from node 0."""
+    sysfs = fake_topology(tmp_path / "sys", sockets=2, cores=2, threads=1, gpu_nodes=(0, 0, 0))
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: set(range(4)))
+    assert launch.cpu_shares(gpus_on_bus(3), sysfs) == [[0], [1], [2]]
+
+
 def test_without_a_topology_or_with_fewer_cores_than_cells_the_cpus_go_in_order(tmp_path, monkeypatch):
     """No sysfs (a container's view): every CPU counts as a core, shares are the CPUs in order, as before. One core
     of two threads for two GPUs: a thread each (nothing better exists); fewer CPUs than cells: no share."""

@@ -124,6 +124,9 @@ def cpu_shares(devices: list[dict], sysfs: Path | None = None) -> list[list[int]
     process's CPUs handed out as whole physical cores (a core's hyperthread siblings stay in one share), the same
     number of cores to each. A share keeps to one NUMA node where the count allows: the node of its GPU's PCI device
     where sysfs says it (kbench.host.pci_numa_node), else the nodes filled in order, one share after another. Where
+    every GPU's node is known and a node holds several GPUs (a DGX A100 in NPS4: 8 nodes, 2 GPUs on each of 4), the
+    node is split between its GPUs: every share shrinks to what each such node gives each of its GPUs, rather than a
+    pair's second GPU getting a whole node with no GPU on it. Where
     there are fewer cores than cells, threads are shared out instead; None where there are fewer CPUs than cells.
     Every cell's launcher computes the same layout (the same CPUs, topology and GPUs), so the shares never overlap."""
     mine = sorted(os.sched_getaffinity(0))
@@ -138,9 +141,12 @@ def cpu_shares(devices: list[dict], sysfs: Path | None = None) -> list[list[int]
         pools.setdefault(node_of.get(core[0]), []).append(core)
     pools = dict(sorted(pools.items(), key=lambda item: -1 if item[0] is None else item[0]))
     size = len(cores) // count
+    gpu_nodes = [host.pci_numa_node(device.get("pci_bus_id"), sysfs) for device in devices]
+    if None not in gpu_nodes:
+        local = min(len(pools.get(node, [])) // gpu_nodes.count(node) for node in set(gpu_nodes))
+        size = min(size, local) or size         # a node with more GPUs than cores: shares as before
     shares: list[list[list[int]] | None] = [None] * count
-    for i, device in enumerate(devices):                   # near its GPU, while its node has a share's worth left
-        node = host.pci_numa_node(device.get("pci_bus_id"), sysfs)
+    for i, node in enumerate(gpu_nodes):                    # near its GPU, while its node has a share's worth left
         pool = pools.get(node) if node is not None else None
         if pool is not None and len(pool) >= size:
             shares[i] = [pool.pop(0) for _ in range(size)]

@@ -97,13 +97,21 @@ def cpu_shares_step(devices: list[dict], sysfs: Path | None = None) -> dict:
                  if sum(bool(set(core) & set(share)) for share in shares) > 1
                  or any(set(core) & set(share) and not set(core) <= set(share) for share in shares)]
         problems += [f"core {cpus_text(core)} is split between shares" for core in split]
+    node_cores = {}
+    for core in cores:
+        node_cores[node_of.get(core[0])] = node_cores.get(node_of.get(core[0]), 0) + 1
     for i, node in enumerate(gpu_nodes):
         if node is None or share_nodes[i] == {node}:
             continue
         others = [j for j, found in enumerate(share_nodes) if found == {node} and gpu_nodes[j] != node]
+        per_gpu = node_cores.get(node, 0) // gpu_nodes.count(node)
         if others:
             problems.append(f"GPU {devices[i]['index']}'s share is off its NUMA node {node}, where GPU "
                             f"{devices[others[0]]['index']}'s share (its GPU on node {gpu_nodes[others[0]]}) sits")
+        elif per_gpu >= 1:          # its node could hold a share for each of its GPUs: split, not left
+            problems.append(f"GPU {devices[i]['index']}'s share is off its NUMA node {node}, whose "
+                            f"{node_cores.get(node, 0)} cores give each of its {gpu_nodes.count(node)} GPUs "
+                            f"{per_gpu}")
     figures = "; ".join(f"GPU {d['index']} (node {'?' if n is None else n}): CPUs {cpus_text(s)}"
                         for d, n, s in zip(devices, gpu_nodes, shares))
     return step(name, failed("; ".join(problems)) if problems else PASSED, figures)
