@@ -31,6 +31,22 @@ def test_the_steady_step_is_where_two_points_in_a_row_enter_the_band(warmup, blo
     assert low == pytest.approx(90.0) and high == pytest.approx(110.0)
 
 
+@pytest.mark.parametrize("warmup, expected", [([125.0, 125.0], 1), ([125.0 + 1e-9, 125.0], 2),
+                                               ([75.0, 75.0], 1), ([75.0 - 1e-9, 75.0], 2)])
+def test_a_point_on_the_bands_edge_is_in_it(warmup, expected):
+    """Level 100, band 25%: 75 and 125 are steady, a hair beyond is not (the band's edges belong to it)."""
+    blocks = [100.0] * 5
+    found = timing.steady_step(warmup, blocks, [1] * 5, band=0.25)
+    assert found["band_ms"] == [75.0, 125.0] and found["steady_at_step"] == expected
+
+
+def test_the_steady_level_is_the_median_block_not_the_last():
+    """A window whose last block stalled (a 160 ms hiccup) is steady at its median, 100 ms: the warm-up's 100s are
+    steady from the start; measured against the last block they never would be."""
+    found = timing.steady_step([100.0, 100.0], [100.0, 100.0, 100.0, 100.0, 160.0], [1] * 5, band=0.1)
+    assert found["steady_at_step"] == 1 and found["band_ms"] == pytest.approx([90.0, 110.0])
+
+
 def test_the_steady_step_counts_a_block_as_its_first_step():
     """The window's blocks stand for their steps: a window that settles only in its second block is steady at the
     second block's first step (3 warm-up steps, blocks of 4: step 8)."""
@@ -243,6 +259,14 @@ def test_the_compile_pays_back_after_its_extra_wait_over_the_time_it_saves_per_s
     slower = record("compiled", "cold", 30000.0, 120.0, [120.0] * 5)
     long = first_step_tables.first_step_long([eager, slower], [], 0.1, {"compiled": "eager"})
     assert long[long.framework == "compiled"].iloc[0].pays_back_after_steps == "never (not faster)"
+    # exactly as fast: never pays back (and no division by a zero saving)
+    same = record("compiled", "cold", 30000.0, 100.0, [100.0] * 5)
+    long = first_step_tables.first_step_long([eager, same], [], 0.1, {"compiled": "eager"})
+    assert long[long.framework == "compiled"].iloc[0].pays_back_after_steps == "never (not faster)"
+    # 29.8 s over 70 ms saved: 425.7 steps, paid back after the 426th, not the 425th
+    faster = record("compiled", "cold", 30000.0, 30.0, [30.0] * 5)
+    long = first_step_tables.first_step_long([eager, faster], [], 0.1, {"compiled": "eager"})
+    assert long[long.framework == "compiled"].iloc[0].pays_back_after_steps == "426"
 
 
 def test_the_table_shows_cold_and_warm_with_their_parts(tmp_path):

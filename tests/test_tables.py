@@ -493,6 +493,7 @@ TF32 = "departure tf32 (TF32 in float32 matmuls and convolutions, kept by the an
 @pytest.mark.parametrize("profile, accelerator, expected", [
     ("anchor", "cpu", f"differs by a departure (rel 1.2e-04 > 7.4e-06): {GELU}"),
     ("anchor", "gpu", f"differs by a departure (rel 1.2e-04 > 7.4e-06): {TF32}; {GELU}"),
+    ("anchor", "gpu-cuda12", f"differs by a departure (rel 1.2e-04 > 7.4e-06): {TF32}; {GELU}"),   # any GPU lock set
     ("strict", "gpu", "differs: rel 1.2e-04 > 7.4e-06"),
 ])
 def test_a_column_that_differs_by_a_departure_its_profile_keeps_names_it(config, profile, accelerator, expected):
