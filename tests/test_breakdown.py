@@ -88,6 +88,18 @@ def test_events_on_the_op_lanes_read_as_nothing_known_fail_the_closure_past_five
             trace.breakdown(trace.events_of(events), 2, "cpu")
 
 
+def test_the_runtimes_own_wrappers_on_the_op_lanes_are_known_not_unrecognised():
+    """TensorFlow's eager and tf.function wrappers and Python's frames as XProf's tracer writes them hold ops or wait
+    on them: the runtime's own time, counted as waiting, never as an op the reader missed."""
+    names = ["EagerKernelExecute", "KernelAndDeviceFunc::Run", "TFE_Py_ExecuteCancelable", "BlockUntilReady",
+             "EagerLocalExecute: __inference_<lambda>_810", "__inference_<lambda>_810:__inference_<lambda>_810",
+             "<lambda>", "TFE_DeleteTensorHandle", "$trainer.py:749 train_on_batch", "ThunkExecutor::Execute",
+             "ThreadpoolListener::StartRegion"]
+    events = [*steps_of(0, 1000, 1), x("MatMul", 0, 100, cat=None, is_eager=0)]
+    events += [x(name, 100 + 70 * i, 60, cat=None) for i, name in enumerate(names)]
+    assert trace.breakdown(trace.events_of(events), 1, "cpu")["unrecognised_share"] == 0.0
+
+
 def test_a_trace_without_the_window_annotation_is_refused():
     with pytest.raises(ValueError, match="no kbench.steps annotation"):
         trace.breakdown(trace.events_of(CONSTRUCTED[1:]), steps=2, device="cpu")

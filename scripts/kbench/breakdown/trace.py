@@ -58,8 +58,8 @@ DERIVED_LINES = re.compile(r"^(steps|tensorflow name scope|tensorflow ops|framew
 # The runtime's own events on the op lanes, which hold ops, and Python's frames as XProf's python tracer writes them
 # ("$file.py:120 run"): known, so not unrecognised
 RUNTIME = re.compile(r"^(\$|profilerstep#|##|thunk|tfrtcpu|pjrt|pjit|executor|execute|.*executable|xla(cpu|gpu)?:?"
-                     r".*run|ncclkernel|kbench\.|end: )|run_?graph|session|function|eagerexecute|cuda|hip|launch"
-                     r"|threadpool|slinky", re.I)
+                     r".*run|ncclkernel|kbench\.|end: |tfe_|<lambda>$|__inference_)|run_?graph|session|function|eager"
+                     r"|kernelanddevice|blockuntilready|deletetensorhandle|cuda|hip|launch|threadpool|slinky", re.I)
 LINKS = ("External id", "correlation", "correlation_id", "correlation id")
 _PADDLE_DURATION = re.compile(r"\[[0-9.]+ [mun]?s\]$")       # Paddle appends each event's duration to its name
 
