@@ -97,6 +97,7 @@ def test_the_runtimes_own_wrappers_on_the_op_lanes_are_known_not_unrecognised():
              "ThreadpoolListener::StartRegion"]
     events = [*steps_of(0, 1000, 1), x("MatMul", 0, 100, cat=None, is_eager=0)]
     events += [x(name, 100 + 70 * i, 60, cat=None) for i, name in enumerate(names)]
+    events.append(x("one_step_on_data", 900, 90, cat=None, tf_function_call="notTraced-nonXla", tracing_count=1))
     assert trace.breakdown(trace.events_of(events), 1, "cpu")["unrecognised_share"] == 0.0
 
 

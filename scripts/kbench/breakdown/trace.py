@@ -59,7 +59,9 @@ DERIVED_LINES = re.compile(r"^(steps|tensorflow name scope|tensorflow ops|framew
 # ("$file.py:120 run"): known, so not unrecognised
 RUNTIME = re.compile(r"^(\$|profilerstep#|##|thunk|tfrtcpu|pjrt|pjit|executor|execute|.*executable|xla(cpu|gpu)?:?"
                      r".*run|ncclkernel|kbench\.|end: |tfe_|<lambda>$|__inference_)|run_?graph|session|function|eager"
-                     r"|kernelanddevice|blockuntilready|deletetensorhandle|cuda|hip|launch|threadpool|slinky", re.I)
+                     r"|kernelanddevice|blockuntilready|deletetensorhandle|cuda|hip|launch|threadpool|slinky"
+                     r"|^tf\.|convert_to_tensor|validateinput", re.I)
+RUNTIME_ARGS = ("tf_function_call",)     # a tf.function's call, named after its Python function (one_step_on_data)
 LINKS = ("External id", "correlation", "correlation_id", "correlation id")
 _PADDLE_DURATION = re.compile(r"\[[0-9.]+ [mun]?s\]$")       # Paddle appends each event's duration to its name
 
@@ -401,6 +403,7 @@ def _unrecognised(inside: list[Event], lanes: dict, busy: float) -> float:
     counted = [(e.start, e.end) for lane_events in lanes.values() for e in lane_events]
     strangers = [(e.start, e.end) for e in inside if e.lane in lanes and not e.on_device and not is_op(e)
                  and e.category not in ANNOTATIONS and not kinds.of_scope(e.name) and not RUNTIME.search(e.name)
+                 and not any(arg in e.args for arg in RUNTIME_ARGS)
                  and e.name not in (MARKER, STEP_MARKER)]
     return union_length(counted + strangers) - busy if strangers else 0.0
 
