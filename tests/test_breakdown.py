@@ -472,3 +472,18 @@ def test_the_picture_stacks_timed_ms_in_the_legends_order_without_an_alarm_colou
         r, g, b = matplotlib.colors.to_rgb(colour)
         assert not (r > 0.7 and g < 0.35 and b < 0.35), colour
     assert any("check the pipeline" in t.get_text() for t in fig.texts)
+
+
+def test_a_record_of_the_earlier_reader_still_reads_its_fusions_as_unread():
+    """Records kept from before the kinds said what a fusion holds (their "fused" kind, no per-step figures): the
+    tables read them, their fusions as "fusion, content not read", never dropped."""
+    from kbench import cell
+    from kbench.results import breakdown_tables
+    from test_launch import synthetic_spec
+    result = cell.new_result(synthetic_spec(), {"runtime": "host"}, "ok")
+    result.breakdown = {"steps": 3, "closes": True, "window_ms_per_step": 10.0, "timed_ms_per_step": 10.0,
+                        "ms_per_step": {"matmul_conv": 4.0, "fused": 5.0, "waiting": 1.0},
+                        "library_fused_ms_per_step": 0.0, "fused_share": 0.5}
+    long = breakdown_tables.breakdown_long([result]).set_index("kind")
+    assert long.at["fusion_unread", "share"] == 0.5 and long.at["matmul_conv", "share"] == 0.4
+    assert long["share"].sum() == pytest.approx(1.0) and pd.isna(long["layer_fused_share"].iloc[0])

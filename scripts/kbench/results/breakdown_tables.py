@@ -60,17 +60,21 @@ def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
             "fused_share": found.get("fused_share"), "xla_share": found.get("xla_share"),
             "program_share": (found.get("read_from") or {}).get("program"),
             "unrecognised_share": found.get("unrecognised_share"),
-            "layer_fused_share": found["layer_fused_ms_per_step"] / step if found.get("closes") and step else None,
+            # a record from before these figures (library_fused_ms_per_step) has none: read as not measured
+            "layer_fused_share": _over(found.get("layer_fused_ms_per_step"), step),
             "layer_fused_low": layer_low, "layer_fused_high": layer_high,
-            "graph_fused_share": found["graph_fused_ms_per_step"] / step if found.get("closes") and step else None,
+            "graph_fused_share": _over(found.get("graph_fused_ms_per_step"), step),
             "window_ms_per_step": found.get("window_ms_per_step"), "step_ms_per_step": step,
             "timed_ms_per_step": timed, "waiting_basis": found.get("waiting_basis"),
             "steps": found.get("steps"), "closes": bool(found.get("closes")), "why": found.get("why")}
         if not found.get("closes"):
             lines.append({**key, "kind": None, "ms_per_step": None, "timed_ms": None, "share": None})
             continue
+        ms = dict(found["ms_per_step"])
+        if "fused" in ms:       # a record of the earlier reader, whose fusions were a kind: their content unread
+            ms["fusion_unread"] = ms.get("fusion_unread", 0.0) + ms.pop("fused")
         for kind in KINDS:
-            value = found["ms_per_step"].get(kind, 0.0)
+            value = ms.get(kind, 0.0)
             share = value / step if step else None
             low, high = share_interval(found.get("per_step"), kind)
             lines.append({**key, "kind": kind, "ms_per_step": value, "share": share, "share_low": low,
@@ -81,6 +85,10 @@ def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
                "layer_fused_high", "graph_fused_share", "window_ms_per_step", "step_ms_per_step", "timed_ms_per_step", "waiting_basis",
                "steps", "closes", "why"]
     return pd.DataFrame(lines, columns=columns)
+
+
+def _over(value, step):
+    return value / step if value is not None and step else None
 
 
 def top_ops(results: list[cell.CellResult]) -> pd.DataFrame:
