@@ -481,6 +481,7 @@ def test_a_record_of_the_earlier_reader_still_reads_its_fusions_as_unread():
     from kbench.results import breakdown_tables
     from test_launch import synthetic_spec
     result = cell.new_result(synthetic_spec(), {"runtime": "host"}, "ok")
+    result.timing = {"n": 10, "mean_ms": 10.0, "step_ms": [10.0] * 10}
     result.breakdown = {"steps": 3, "closes": True, "window_ms_per_step": 10.0, "timed_ms_per_step": 10.0,
                         "ms_per_step": {"matmul_conv": 4.0, "fused": 5.0, "waiting": 1.0},
                         "library_fused_ms_per_step": 0.0, "fused_share": 0.5}
