@@ -488,3 +488,11 @@ def test_a_record_of_the_earlier_reader_still_reads_its_fusions_as_unread():
     long = breakdown_tables.breakdown_long([result]).set_index("kind")
     assert long.at["fusion_unread", "share"] == 0.5 and long.at["matmul_conv", "share"] == 0.4
     assert long["share"].sum() == pytest.approx(1.0) and pd.isna(long["layer_fused_share"].iloc[0])
+
+
+def test_a_shares_interval_across_few_steps_stays_within_zero_and_one():
+    from kbench.results import breakdown_tables
+    per_step = {"step_ms": [10.0, 10.0, 10.0], "waiting": [0.5, 9.0, 1.0], "matmul_conv": [2.0, 2.1, 1.9]}
+    low, high = breakdown_tables.share_interval(per_step, "waiting")
+    assert low == 0.0 and 0.3 < high <= 1.0
+    assert breakdown_tables.share_interval(per_step, "matmul_conv") == pytest.approx((0.175, 0.225), abs=0.01)

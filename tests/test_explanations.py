@@ -128,6 +128,16 @@ def test_sams_gap_needs_to_pass_most_other_rows_not_every_one():
     assert found == "does not hold"
 
 
+def test_a_batch_study_rung_is_no_published_row():
+    """BERT fit at bs1 (a rung of the batch study's ladder, 5x) is not among the rows SAM's gap is set against: only
+    the published rows, by model, task, batch and precision."""
+    long, summary = sam_case(40.0, 0.5)
+    rung = summary_of([{"model": "bert", "task": "fit", "batch_size": 1, "precision": "float32",
+                        "ms": {"native-torch-eager": 50.0, "keras3-jax": 10.0}}], spread=0.0)
+    found, rests_on = verdict("little_manual_optimisation", long, pd.concat([summary, rung]))
+    assert found == "holds" and "larger than 3 and smaller than 0 of 3 other published rows" in rests_on, rests_on
+
+
 def test_every_sam_row_must_hold_for_the_finding_to_hold():
     """SAM predict holds; SAM fit's 3.00x ties a 3.00x row and two 2.00x rows: not larger than most, not shown
     smaller: undecided, so the finding is not measured, not held."""

@@ -21,7 +21,7 @@ The rules (one per kind of explanation):
   every such row it is less.
 - little_manual_optimisation (finding 3): the gap between native PyTorch and Keras 3 on `model` (Segment Anything,
   its authors' own code) is larger than on most other models, among the published rows (config published.rows: their
-  model, task and precision), and mostly (`share_of_gap`) outside matrix products (the glue a hand-optimised
+  model, task, batch and precision), and mostly (`share_of_gap`) outside matrix products (the glue a hand-optimised
   implementation would fuse: every kind but matmul and conv, waiting included).
 - host_overhead_at_small_batch (the batch study's claim): "a batch that is too small also makes PyTorch look slower,
   because Python's overhead grows": on the batch study's ladder (and every row with two or more batches), eager
@@ -193,7 +193,9 @@ def library_fused_ops(rule: dict, data: Evidence) -> tuple[str, str]:
 
 
 def _published_keys(published: list) -> set[tuple]:
-    return {(row["model"], row["task"], row["precision"]) for row in published}
+    """The published rows as this run's row keys: model, task, batch and precision (a batch-study rung of the same
+    model and task is no published row)."""
+    return {(row["model"], row["task"], int(row["batch_size"]), row["precision"]) for row in published}
 
 
 def little_manual_optimisation(rule: dict, data: Evidence) -> tuple[str, str]:
@@ -202,7 +204,7 @@ def little_manual_optimisation(rule: dict, data: Evidence) -> tuple[str, str]:
     rows = _published_keys(data.published)
     ratios = {}
     for key, measured in timed.items():
-        if (key[0], key[1], key[3]) not in rows:
+        if (key[0], key[1], int(key[2]), key[3]) not in rows:
             continue
         natives = [f for f in data.native if f in measured]
         kerases = [f for f in data.keras3 if f in measured]

@@ -42,7 +42,8 @@ def share_interval(per_step: dict | None, kind: str) -> tuple[float | None, floa
     shares = [v / step if step else 0.0 for v, step in zip(per_step[kind], per_step["step_ms"])]
     if statistics.pstdev(shares) == 0:
         return shares[0], shares[0]
-    return stats.t_interval(shares)
+    low, high = stats.t_interval(shares)
+    return max(low, 0.0), min(high, 1.0)            # a share lies in [0, 1], whatever few steps spread
 
 
 def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
