@@ -59,8 +59,9 @@ BAD = [
     ("unknown suite", lambda c: c.update(suite="huge"), "config key suite: 'huge' is not defined; allowed: paper, smoke, tiny"),
     ("unknown framework", lambda c: c["frameworks"].append("keras4"),
      "config key frameworks[8] (see framework_defs): 'keras4' is not defined; allowed: keras2, keras3-jax"),
-    ("unknown model", lambda c: c["models"].append("vit"),
-     "config key models[7] (see model_defs): 'vit' is not defined; allowed: bert, gemma, llama, mistral, resnet50"),
+    ("unknown model", lambda c: c["models"].append("no-such-model"),
+     "config key models[7] (see model_defs): 'no-such-model' is not defined; allowed: bert, gemma, llama, mistral, "
+     "resnet50"),
     ("unknown precision", lambda c: c["precisions"].append("float8"),
      "config key precisions[5]: 'float8' is not defined; allowed: bfloat16, float32, mixed_bfloat16, mixed_float16, "
      "tf32"),
@@ -76,11 +77,11 @@ BAD = [
      f"config key not_applicable[{len(CONFIG['not_applicable'])}].task: 'generate' matches no task of bert; "
      "allowed: fit, predict"),
     ("n/a for an unknown model", lambda c: c["not_applicable"].append(
-        {"framework": "keras3-jax", "model": "vit", "task": "*", "reason": "x"}),
-     f"config key not_applicable[{len(CONFIG['not_applicable'])}].model: 'vit' matches nothing; allowed: bert, "
+        {"framework": "keras3-jax", "model": "no-such-model", "task": "*", "reason": "x"}),
+     f"config key not_applicable[{len(CONFIG['not_applicable'])}].model: 'no-such-model' matches nothing; allowed: bert, "
      "gemma"),
-    ("equivalence for an unknown model", lambda c: c["equivalence"].update(models=["bert", "vit"]),
-     "config key equivalence.models[1]: 'vit' is not defined"),
+    ("equivalence for an unknown model", lambda c: c["equivalence"].update(models=["bert", "no-such-model"]),
+     "config key equivalence.models[1]: 'no-such-model' is not defined"),
     ("n/a for a precision the model lacks", lambda c: c["not_applicable"].append(
         {"framework": "keras3-jax", "model": "resnet50", "task": "fit", "precision": "bfloat16", "reason": "x"}),
      f"config key not_applicable[{len(CONFIG['not_applicable'])}].precision: 'bfloat16' matches no precision of "

@@ -88,19 +88,36 @@ def test_a_family_module_with_one_fact_cut_refuses_to_import_naming_the_family_a
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
+def toy_facts(**changed) -> dict:
+    """A family's facts, every one given for both tasks; `changed` replaces some."""
+    return {"name": "toy", "about": "a toy", "tasks": ("fit", "predict"), "libraries": {"numpy": dict},
+            "inputs": {"fit": dict, "predict": dict}, "flops": {"fit": dict, "predict": dict},
+            "contraction_and_depth": lambda spec: (1, 1), "example": {"fit": "x", "predict": "x"}, **changed}
+
+
 @pytest.mark.unit
-def test_a_family_that_steps_a_task_without_its_inputs_is_refused():
-    with pytest.raises(family.MissingFact, match="'toy' is missing the fact 'inputs' for its task 'predict'"):
-        family.register(name="toy", about="a toy", tasks=("fit", "predict"), libraries={"numpy": dict},
-                        inputs={"fit": dict}, flops={"fit": dict, "predict": dict},
-                        contraction_and_depth=lambda spec: (1, 1), example={"fit": "x", "predict": "x"})
+@pytest.mark.parametrize("fact", ["inputs", "flops", "example"])
+def test_a_family_that_steps_a_task_without_one_of_its_per_task_facts_is_refused(fact):
+    """Each per-task fact on its own: a task with no inputs, no FLOP count or no example is refused."""
+    with pytest.raises(family.MissingFact, match=f"'toy' is missing the fact '{fact}' for its task 'predict'"):
+        family.register(**toy_facts(**{fact: {"fit": dict if fact != "example" else "x"}}))
+    assert family.register(**toy_facts()).tasks == ("fit", "predict")        # the whole set passes
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("fact, empty", [("inputs", {}), ("libraries", {}), ("about", ""), ("example", {})])
+def test_an_empty_fact_is_refused_as_a_missing_one(fact, empty):
+    """A fact given as {} or "" says nothing: refused like one left out, not taken as given."""
+    with pytest.raises(family.MissingFact, match=f"'toy' is missing the fact '{fact}'"):
+        family.register(**toy_facts(**{fact: empty}))
 
 
 @pytest.mark.unit
 def test_a_config_model_without_a_family_module_is_a_config_error():
     config = copy.deepcopy(CPU_CONFIG)
-    config["model_defs"]["vit"] = copy.deepcopy(config["model_defs"]["bert"])
-    with pytest.raises(matrix.ConfigError, match=r"model_defs.vit .*family module.*'vit' is not defined"):
+    config["model_defs"]["no-such-model"] = copy.deepcopy(config["model_defs"]["bert"])
+    with pytest.raises(matrix.ConfigError,
+                       match=r"model_defs.no-such-model .*family module.*'no-such-model' is not defined"):
         matrix.check_references(config)
 
 
