@@ -246,9 +246,9 @@ def _program(programs: dict, module: str | None, instruction: str):
     return by_instruction.get(instruction) if by_instruction else None
 
 
-def classify(op: Event, programs: dict, host: _Host | None) -> tuple[str, str, bool]:
-    """An op's (kind, what it was read from, whether a compiler fused it)."""
-    launcher = host.launcher(op) if host is not None and op.on_device else None
+def classify(op: Event, programs: dict, host: _Host | None, launcher: Event | None = None) -> tuple[str, str, bool]:
+    """An op's (kind, what it was read from, whether a compiler fused it); launcher: the host op that launched a
+    device kernel (_Host.launcher), where there is one."""
     own = kinds.of_name(op.name)
     if own == "random":
         return "random", "name", False
@@ -306,8 +306,8 @@ def breakdown(trace: Trace | list[Event], steps: int, device: str, timed_ms_per_
         if id(e) in scope_ids:
             read[id(e)] = (kinds.of_scope(e.name), "scope", False, None)
         else:
-            read[id(e)] = (*classify(e, trace.programs, reader),
-                           _library_fused(e, host.launcher(e) if on_device else None))
+            launcher = host.launcher(e) if on_device else None       # found once: a lookup per kernel
+            read[id(e)] = (*classify(e, trace.programs, reader, launcher), _library_fused(e, launcher))
     segments = [s for lane_events in lanes.values() for s in innermost_segments(lane_events)]
     marks = step_marks(events, start, end)
     per_step_marks = marks if len(marks) == steps else []
