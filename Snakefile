@@ -70,8 +70,4 @@ onstart:
 rule all:
     input:
         table_files(config["suite"]),
-        plot_files(config["suite"]),
         results("report", config["suite"], "first_page.html"),
-        jax_numpy_files(config["suite"]),
-        batch_study_files(config["suite"]),
-        tuning_files(config["suite"]),

@@ -16,7 +16,7 @@ rule cell:
         not_applicable=lambda wildcards: cell_of(wildcards).not_applicable,
         runtime=RUNTIME,
         lock_sha256=stack_lock_digest,
-        # the persistent compile cache (kbench.compile_cache): None, none; [], an empty one; the cold runs it copies
+        # the persistent compile cache (kbench.instruments.compile_cache): None, none; [], an empty one; the cold runs it copies
         cache_from=lambda wildcards, input: None if cache_sources(wildcards) is None else list(input.cache_sources),
     # Operational, not part of what a cell measures: resources, so changing them never reruns a finished cell. The
     # cell is killed after cell_timeout_s; runtime (the job's wall time on a cluster) leaves room to record that.
@@ -33,7 +33,7 @@ rule cell:
 
 rule warm_cell:
     """A compiled cell's warm twin (config first_step.warm_runs): its repeat once more in a fresh process, its
-    framework's persistent compile cache a copy of the one that repeat filled (kbench.compile_cache). Its record says
+    framework's persistent compile cache a copy of the one that repeat filled (kbench.instruments.compile_cache). Its record says
     warm; the tables show it beside the cold run in first_step, never in ms/step."""
     input:
         environment=environment_record,

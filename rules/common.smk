@@ -15,14 +15,17 @@ SCRIPTS = os.path.join(workflow.basedir, "scripts")
 sys.path.insert(0, SCRIPTS)
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH PYTHONPATH={shlex.quote(SCRIPTS)}; ")
 
-from kbench import compile_cache, precision, records
-from kbench.cell import WARM_SUFFIX
+from kbench.instruments import compile_cache
+from kbench.contract import precision
+from kbench.machine import environment_records
+from kbench.contract.cell import WARM_SUFFIX
 from kbench.gpu import preflight
-from kbench.plan import config_check, departures, matrix, sources
+from kbench.plan import config_check, matrix, sources
 from kbench.run import scheduling
-from kbench.results import batch, breakdown_tables, first_step_tables, tables, tuning
+from kbench.results import registry
+from kbench.results.context import RunContext
 from kbench.stacks import disk, envs, lock_path
-from kbench.studies import jax_numpy, jax_numpy_tables
+from kbench.studies import jax_numpy
 
 try:      # every bad config: one line before any job (file and line, or key path; the bad value; what is allowed)
     config_check.check(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
@@ -32,7 +35,6 @@ RESULTS = config["results_dir"]
 os.makedirs(os.path.join(RESULTS, "report"), exist_ok=True)     # `snakemake --report results/report/<suite>.html`
 # auto: podman where it is installed, else the host venvs. The runtime a cell used is in its JSON.
 RUNTIME = config["runtime"] if config["runtime"] != "auto" else ("podman" if shutil.which("podman") else "host")
-PLOTS = [f"{name}.{fmt}" for name in ("ms_per_step", "speedup") for fmt in ("png", "svg")]
 
 
 wildcard_constraints:
@@ -115,7 +117,7 @@ def image_archive(wildcards):
 
 
 def stack_record(stack):
-    return results(records.path(RUNTIME, stack, config["accelerator"]))
+    return results(environment_records.path(RUNTIME, stack, config["accelerator"]))
 
 
 def stack_lock_digest(wildcards):
@@ -184,53 +186,20 @@ def profile_equivalence(wildcards):
     return equivalence_jsons(wildcards.suite, wildcards.profile)
 
 
-def table_files(suite):
-    """Every profile's tables (its time by kind too), the departures page and the run facts."""
-    return ([results("tables", suite, profile, name) for profile in config["profiles"]
-             for name in tables.OUTPUTS + breakdown_tables.OUTPUTS + first_step_tables.OUTPUTS]
-            + [results("tables", suite, name) for name in departures.OUTPUTS + ["run_facts.html"]])
+def table_files(suite, archived=False):
+    """Every table and plot the suite's run makes (kbench.results.registry; archived: those its archive packs)."""
+    return registry.files(config, suite, results("tables", suite), results("plots", suite), archived)
 
 
-def jax_numpy_files(suite):
-    """The JAX-against-NumPy tables where the study runs for the suite (kbench.studies.jax_numpy.planned), else none."""
-    if not jax_numpy.planned(config, suite):
-        return []
-    return [results("tables", suite, name) for name in jax_numpy_tables.OUTPUTS]
-
-
-# The studies beside the matrix: the batch study (rules/batch_study.smk) and the tuning gain (rules/tables.smk).
-
-def batch_study_files(suite):
-    """The study's tables and plot for every profile, where the suite has a ladder; else none."""
-    if not matrix.batch_cells(config, suite):
-        return []
-    return [results(folder, suite, profile, name) for profile in matrix.ladder_profiles(config)
-            for folder, names in (("tables", batch.OUTPUTS), ("plots", batch.PLOTS)) for name in names]
+def table_run(wildcards):
+    """The run's context a table reads (kbench.results.context), for one profile or (no profile) the suite."""
+    return RunContext.of(config, wildcards.suite, getattr(wildcards, "profile", None), results("tables", wildcards.suite),
+                         results("plots", wildcards.suite))
 
 
 def profile_batch_cells(wildcards):
     return cell_jsons([c for c in matrix.batch_cells(config, wildcards.suite) if c.profile == wildcards.profile],
                       wildcards.suite)
-
-
-def own_batches_json(suite):
-    return json.dumps([[*row, batch] for row, batch in matrix.ladder_rows(config, suite).items()])
-
-
-def tuned_profile():
-    return matrix.tuned_profile(config)
-
-
-def tuning_files(suite):
-    if not tuned_profile():
-        return []
-    return [results("tables", suite, name) for name in tuning.OUTPUTS] + [results("plots", suite, name)
-                                                                         for name in tuning.PLOTS]
-
-
-def plot_files(suite):
-    return [results("plots", suite, profile, name) for profile in config["profiles"]
-            for name in list(PLOTS) + breakdown_tables.PLOTS + first_step_tables.PLOTS]
 
 
 def in_report(path, category, subcategory=None):

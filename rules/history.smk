@@ -47,14 +47,9 @@ rule first_page:
     """The report's first page (report/workflow.rst includes it): each row's fastest column, what changed since the
     previous run, the published findings re-tested, the published A100 table and what it implies."""
     input:
-        tables=lambda wildcards: [results("tables", wildcards.suite, profile, name) for profile in config["profiles"]
-                                  for name in ("cells_summary.csv", "ms_per_step.csv", breakdown_tables.LONG,
-                                               first_step_tables.LONG)],
+        tables=lambda wildcards: table_files(wildcards.suite),
         changes=lambda wildcards: [results("history", wildcards.suite, profile, "changes.csv")
                                    for profile in config["profiles"]],
-        batch=lambda wildcards: [path for path in batch_study_files(wildcards.suite)
-                                 if path.endswith("batch_verdicts.csv")],
-        tuning=lambda wildcards: [path for path in tuning_files(wildcards.suite) if path.endswith("verdicts.csv")],
     output:
         html=results("report/{suite}/first_page.html"),
         md=results("report/{suite}/first_page.md"),

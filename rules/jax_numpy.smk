@@ -26,23 +26,3 @@ rule jax_numpy:
     threads: lambda wildcards: workflow.cores
     script:
         "../scripts/run_jax_numpy.py"
-
-
-rule jax_numpy_table:
-    """The job's record -> jax_numpy.{csv,md,html} (per workload and size) and jax_numpy_claim.csv (the verdicts)."""
-    input:
-        results("jax_numpy/{suite}/result.json"),
-    output:
-        [in_report(results("tables/{suite}", name), "JAX against NumPy") if name.endswith(".html")
-         else results("tables/{suite}", name) for name in jax_numpy_tables.OUTPUTS],
-    log:
-        results("logs/jax_numpy_table/{suite}.log"),
-    params:
-        claim=json.dumps(config["jax_numpy"]["claim"]),
-        workloads=lambda wildcards: json.dumps({w: config["jax_numpy"]["workloads"][w]
-                                                for w in config["jax_numpy"]["suites"][wildcards.suite]["sizes"]}),
-        out_dir=lambda wildcards: results("tables", wildcards.suite),
-    localrule: True
-    shell:
-        "python -m kbench.studies.jax_numpy_tables --claim={params.claim:q} --workloads={params.workloads:q} "
-        "--suite {wildcards.suite} --out {params.out_dir} {input} > {log} 2>&1"

@@ -1,131 +1,56 @@
-rule tables:
-    """One profile's cells of a suite -> the anchor-shaped ms/step and speedup tables, parameter counts, the precision
-    study's tables and the long table."""
-    input:
-        cells=profile_cells,
-        equivalence=profile_equivalence,
-    output:
-        [in_report(results("tables/{suite}/{profile}", name), "Tables", "{profile}") if name.endswith(".html")
-         else results("tables/{suite}/{profile}", name) for name in tables.OUTPUTS],
-    log:
-        results("logs/tables/{suite}/{profile}.log"),
-    params:
-        frameworks=",".join(config["frameworks"]),
-        keras3=",".join(matrix.keras3_frameworks(config)),
-        baseline=config["precision_study"]["baseline"],
-        claims=json.dumps(config["precision_study"]["claims"]),
-        unreproduced=lambda wildcards: json.dumps(departures.unreproduced(config, wildcards.profile)),
-        differences=json.dumps(config["equivalence"]["differences"]),
-        departures=json.dumps(config["departures"]),
-        out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
-    localrule: True
-    shell:
-        "python -m kbench.results.tables --profile {wildcards.profile} --frameworks={params.frameworks} "
-        "--keras3={params.keras3} --baseline={params.baseline} --claims={params.claims:q} "
-        "--unreproduced={params.unreproduced:q} --differences={params.differences:q} "
-        "--departures={params.departures:q} "
-        "--equivalence {input.equivalence} --out {params.out_dir} {input.cells} > {log} 2>&1"
+# Every table and plot of a run: one rule per table module of kbench.results.registry, made by this loop. A table
+# declares what it writes, the records it reads and where the report shows it (kbench.results.context.Table); the
+# rule hands its process the run's context as JSON and the records in the plan's order.
 
 
-rule departures:
-    """Every way this project's cells differ from the published benchmark's code, as the config lists them, for the
-    report (and which profile keeps the anchor's behaviour)."""
-    output:
-        [in_report(results("tables/{suite}", name), "Departures") if name.endswith(".html")
-         else results("tables/{suite}", name) for name in departures.OUTPUTS],
-    log:
-        results("logs/departures/{suite}.log"),
-    params:
-        departures=json.dumps(config["departures"]),
-        tuning=json.dumps(config.get("tuning") or []),
-        profiles=json.dumps(config["profile_defs"]),
-        out_dir=lambda wildcards: results("tables", wildcards.suite),
-    localrule: True
-    shell:
-        "python -m kbench.plan.departures --departures={params.departures:q} --tuning={params.tuning:q} "
-        "--profiles={params.profiles:q} "
-        "--out {params.out_dir} > {log} 2>&1"
+def table_records(table, wildcards):
+    """The table's inputs: its records by kind (the profile's cells, or the suite's for a table of the suite), and
+    the other tables' files it reads."""
+    suite, profile = wildcards.suite, getattr(wildcards, "profile", None)
+    by_kind = {
+        "cells": lambda: profile_cells(wildcards) if profile else cell_jsons(every_cell(suite), suite),
+        "ladder": lambda: profile_batch_cells(wildcards),
+        "warm": lambda: warm_jsons(suite, profile),
+        "equivalence": lambda: equivalence_jsons(suite, profile),
+        "environments": lambda: stack_records(suite),
+        "jax_numpy": lambda: [results("jax_numpy", suite, "result.json")],
+    }
+    found = {kind: by_kind[kind]() for kind in table.reads}
+    run = table_run(wildcards)
+    found["tables"] = [str((run.tables_of(p) if p else run.tables_dir) / name) for p, name in table.reads_tables(run)]
+    return found
 
 
-rule tuning_gain:
-    """strict and tuned side by side -> tuning_gain (per cell), tuning_columns (per column), tuning_verdicts (the
-    out-of-the-box finding per row) and the gain plot."""
-    input:
-        lambda wildcards: [results("tables", wildcards.suite, p, name) for p in ("strict", tuned_profile())
-                           for name in ("cells_summary.csv", "ms_per_step.csv")],
-    output:
-        [in_report(results("tables/{suite}", name), "Tuning") if name.endswith(".html")
-         else results("tables/{suite}", name) for name in tuning.OUTPUTS]
-        + [in_report(results("plots/{suite}", name), "Tuning") if name.endswith(".png")
-           else results("plots/{suite}", name) for name in tuning.PLOTS],
-    log:
-        results("logs/tuning_gain/{suite}.log"),
-    params:
-        strict=lambda wildcards: results("tables", wildcards.suite, "strict"),
-        tuned=lambda wildcards: results("tables", wildcards.suite, tuned_profile()),
-        frameworks=",".join(config["frameworks"]),
-        keras3=",".join(matrix.keras3_frameworks(config)),
-        native=",".join(matrix.native_torch_frameworks(config)),
-        out=lambda wildcards: results("tables", wildcards.suite),
-        plots=lambda wildcards: results("plots", wildcards.suite),
-        accelerator=config["accelerator"],
-        applied=shlex.quote(json.dumps(matrix.tuning_ids(config))),
-    localrule: True
-    shell:
-        "python -m kbench.results.tuning --strict {params.strict} --tuned {params.tuned} "
-        "--frameworks={params.frameworks} --keras3={params.keras3} --native={params.native} "
-        "--accelerator {params.accelerator} --out {params.out} --plots {params.plots} "
-        "--applied {params.applied} > {log} 2>&1"
+def records_arguments(table, input):
+    """--records KIND PATH... for each kind of record the table reads, in the plan's order."""
+    return " ".join(f"--records {kind} " + " ".join(map(shlex.quote, input[kind])) for kind in table.reads)
 
 
-rule time_by_kind:
-    """One profile's cells' breakdowns by kind of work (kbench.breakdown, recorded after each timed window) side by
-    side, the batch study's ladder included (the Python-overhead verdict reads it): time_by_kind (row x column x
-    kind), its long form, each cell's top ops, the stacked bars per row."""
-    input:
-        profile_cells,
-        profile_batch_cells,
-    output:
-        [in_report(results("tables/{suite}/{profile}", name), "Time by kind", "{profile}") if name.endswith(".html")
-         else results("tables/{suite}/{profile}", name) for name in breakdown_tables.OUTPUTS]
-        + [in_report(results("plots/{suite}/{profile}", name), "Time by kind", "{profile}") if name.endswith(".png")
-           else results("plots/{suite}/{profile}", name) for name in breakdown_tables.PLOTS],
-    log:
-        results("logs/time_by_kind/{suite}/{profile}.log"),
-    params:
-        frameworks=",".join(config["frameworks"]),
-        out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
-        plots=lambda wildcards: results("plots", wildcards.suite, wildcards.profile),
-    localrule: True
-    shell:
-        "python -m kbench.results.breakdown_tables --profile {wildcards.profile} --frameworks={params.frameworks} "
-        "--out {params.out_dir} --plots {params.plots} {input} > {log} 2>&1"
+def table_outputs(table):
+    folder = "{suite}/{profile}" if table.per_profile else "{suite}"
+    sub = "{profile}" if table.per_profile else None
+    return ([in_report(results("tables", folder, name), table.category, sub) if name.endswith(".html")
+             else results("tables", folder, name) for name in table.outputs]
+            + [in_report(results("plots", folder, name), table.category, sub) if name.endswith(".png")
+               else results("plots", folder, name) for name in table.plots])
 
 
-rule first_step:
-    """One profile's time to the first step (kbench.results.first_step_tables): each cell's first repeat (cold) and
-    its warm twin side by side, in their parts, with the steady step and the compile's payback; the dots per row."""
-    input:
-        cells=profile_cells,
-        warm=lambda wildcards: warm_jsons(wildcards.suite, wildcards.profile),
-    output:
-        [in_report(results("tables/{suite}/{profile}", name), "First step", "{profile}") if name.endswith(".html")
-         else results("tables/{suite}/{profile}", name) for name in first_step_tables.OUTPUTS]
-        + [in_report(results("plots/{suite}/{profile}", name), "First step", "{profile}") if name.endswith(".png")
-           else results("plots/{suite}/{profile}", name) for name in first_step_tables.PLOTS],
-    log:
-        results("logs/first_step/{suite}/{profile}.log"),
-    params:
-        frameworks=",".join(config["frameworks"]),
-        out_dir=lambda wildcards: results("tables", wildcards.suite, wildcards.profile),
-        plots=lambda wildcards: results("plots", wildcards.suite, wildcards.profile),
-        band=config["first_step"]["steady_band"],
-        differs_by=config["first_step"]["warm_differs_by"],
-        eager_twin=shlex.quote(json.dumps(config["first_step"]["eager_twin"])),
-        warm=lambda wildcards, input: " ".join(f"--warm {shlex.quote(path)}" for path in input.warm),
-    localrule: True
-    shell:
-        "python -m kbench.results.first_step_tables --profile {wildcards.profile} --frameworks={params.frameworks} "
-        "--out {params.out_dir} --plots {params.plots} --steady-band {params.band} --eager-twin {params.eager_twin} "
-        "--warm-differs-by {params.differs_by} "
-        "{params.warm} {input.cells} > {log} 2>&1"
+for table in registry.TABLES:
+
+    rule:
+        name:
+            table.rule
+        input:
+            unpack(lambda wildcards, table=table: table_records(table, wildcards)),
+        output:
+            table_outputs(table),
+        log:
+            results("logs", table.rule, "{suite}/{profile}.log" if table.per_profile else "{suite}.log"),
+        params:
+            # (the shell command is formatted when the job runs, after the loop: what it needs of the table is here)
+            rule=table.rule,
+            run=lambda wildcards: table_run(wildcards).to_json(),
+            records=lambda wildcards, input, table=table: records_arguments(table, input),
+        localrule: True
+        shell:
+            "python -m kbench.results.registry {params.rule} --run {params.run:q} {params.records} > {log} 2>&1"

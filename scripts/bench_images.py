@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Image build times, reproducibility and per-cell container overhead, a benchmark (kbench.studies.bench_images).
+"""Image build times, reproducibility and per-cell container overhead, a benchmark (kbench.harness.bench_images).
 
     .venv/bin/python scripts/bench_images.py [--stack keras3-jax --accelerator cpu --runs 15 --base]
 """
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kbench.studies import bench_images  # noqa: E402
+from kbench.harness import bench_images  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(bench_images.main())

@@ -1,9 +1,9 @@
 """Snakemake script of rules `cell` and `warm_cell`: run one repeat of one cell through the launcher (with the compile
-cache its params name: kbench.compile_cache), or record why it is not applicable (or, in the batch study, why its
+cache its params name: kbench.instruments.compile_cache), or record why it is not applicable (or, in the batch study, why its
 rung was not run)."""
 import os
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.run import launch
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -88,21 +88,21 @@ def built(tmp_path_factory) -> Path:
 def image_record(tmp_path_factory, built, stack: str) -> dict:
     """A stack's podman image record for a module's e2e tests (the session's, conftest.built; built through the
     workflow where it is missing)."""
-    from kbench import records
+    from kbench.machine import environment_records
     results = tmp_path_factory.mktemp(f"results-{stack}")
     prebuild.seed(built, results, prebuild.needs("podman", [stack]))
-    target = results / records.path("podman", stack, "cpu")
+    target = results / environment_records.path("podman", stack, "cpu")
     proc = snakemake(str(target), "--cores", "all", "--config", "accelerator=cpu", "runtime=podman",
                      f"results_dir={results}", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    return records.read(target)
+    return environment_records.read(target)
 
 
 def python_in_image(image: dict, script: str, marker: str, timeout: int = 900):
     """A script run by the image's python (offline, the repository's scripts mounted as a cell gets them); the JSON
     of its stdout's line that starts with `marker`."""
     import json
-    from kbench import host, runtimes
+    from kbench.machine import host, runtimes
     from kbench.run import launch
     argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
             f"--volume={REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro", image["id"], "python", "-"]
@@ -111,3 +111,11 @@ def python_in_image(image: dict, script: str, marker: str, timeout: int = 900):
     lines = [line for line in proc.stdout.splitlines() if line.startswith(marker + " ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(lines[0][len(marker) + 1:])
+
+
+def run_context(tables_root, profile: str | None = "strict", plots_root=None, **fields):
+    """A table's run context (kbench.results.context) for a test: suite tiny on a CPU, no columns unless given."""
+    from kbench.results.context import RunContext
+    return RunContext(**{"suite": "tiny", "profile": profile, "tables_root": Path(tables_root),
+                         "plots_root": None if plots_root is None else Path(plots_root), "accelerator": "cpu",
+                         "frameworks": (), "keras3": (), "native": (), **fields})

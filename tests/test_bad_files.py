@@ -14,9 +14,9 @@ import pytest
 
 from conftest import REPO
 from kbench.lifecycle import archive, bisect, compare, history
-from kbench.plan import departures
+from kbench.results import departures_page, facts
 from kbench.run import recover
-from kbench.studies import gpucheck
+from kbench.gpucheck import check as gpucheck
 from test_lifecycle import CELL, MS, RUN_CONFIG, keypair, rewrite, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(16)
@@ -29,7 +29,7 @@ def small_archive(results: Path, out: Path) -> Path:
     these tests read fails before verify would rebuild a table, the real tables cost seconds
     (test_lifecycle.pack_in_process), and the real locks make a MB to rewrite in each test."""
     repo = results.parent / "repo"
-    for path in [*(results / "tables" / "tiny" / name for name in [*departures.OUTPUTS, "run_facts.html"]),
+    for path in [*(results / "tables" / "tiny" / name for name in [*departures_page.OUTPUTS, facts.OUTPUT]),
                  results / "report.html", repo / "envs" / "synthetic.cpu.lock", repo / "containers" / "Containerfile"]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("placeholder")

@@ -7,10 +7,11 @@ import random
 import pandas as pd
 import pytest
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.plan import config_check, matrix
 from kbench.results import batch, stats
 from kbench.run import launch, runner
+from kbench.results import flat
 
 from conftest import CONFIG, REPO
 from dag import plan
@@ -203,15 +204,13 @@ def test_an_out_of_memory_error_is_oom_in_every_frameworks_words():
 
 
 def test_an_oom_record_reads_oom_not_failed():
-    spec = {"cell_id": "x", "suite": "tiny", "model": "bert", "task": "fit", "batch_size": 64, "precision": "float32",
-            "framework": "native-torch-eager", "arch": {}, "inputs": {}, "task_options": {}}
+    spec = matrix.spec(CONFIG, "tiny", "bert", "fit", 64, "float32", "native-torch-eager", "strict")
     record = cell.new_result(spec, {}, "oom", cell.error_info("OutOfMemoryError", "CUDA out of memory"))
-    assert record.text() == "oom: OutOfMemoryError" and record.row()["status"] == "oom"
+    assert record.text() == "oom: OutOfMemoryError" and flat.row(record)["status"] == "oom"
 
 
 def test_a_rung_above_an_oom_rung_is_not_run_and_says_which_batch_did():
-    spec = {"cell_id": "x", "suite": "tiny", "model": "bert", "task": "fit", "batch_size": 64, "precision": "float32",
-            "framework": "native-torch-eager", "arch": {}, "inputs": {}, "task_options": {}}
+    spec = matrix.spec(CONFIG, "tiny", "bert", "fit", 64, "float32", "native-torch-eager", "strict")
     oom = cell.new_result(spec, {}, "oom", cell.error_info("OutOfMemoryError", "CUDA out of memory"))
     assert launch.ladder_stopped(oom) == cell.error_info(
         "LadderStopped", "not run: batch 64 already ran out of memory (OutOfMemoryError)")
@@ -307,7 +306,7 @@ def test_busy_time_is_the_union_of_the_devices_activities():
 
 
 def batch_busy(intervals):
-    from kbench import timing
+    from kbench.instruments import timing
     return timing.busy_ms(intervals)
 
 
@@ -327,7 +326,7 @@ class FakeProfiler:
         self.now[0] += (self.busy_ms + self.host_ms + (self.overhead_ms if self.profiling else 0)) / 1e3
 
     def __call__(self, warm, run):
-        from kbench import timing
+        from kbench.instruments import timing
         self.profiling = True
         self.now[0] += self.startup_ms / 1e3
         warm()
@@ -349,7 +348,7 @@ def test_the_busy_share_is_busy_time_per_step_over_the_unprofiled_windows_ms_per
     The share is the kernels' 3 ms per step over the window's 4 ms/step (75%), not over the profiled 5 ms/step (60%,
     which would read a compiled column less busy than an eager one); the profiled ms/step is kept beside it as the
     profiler's overhead; one warm profiled step ran first, outside the profiled wall."""
-    from kbench import timing
+    from kbench.instruments import timing
     now = [0.0]
     profiler = FakeProfiler(now)
     found = timing.device_busy(profiler.step, lambda out: None, 5, profiler, window_ms_per_step=4.0,
@@ -366,7 +365,7 @@ def test_the_busy_share_is_capped_at_one_where_the_profilers_activities_outlast_
     """The profiler's clock is not the window's: activities it dates from before the first step, or a last copy it
     closes after the sync, can add up to more busy time per step than the window's 4 ms/step. The device was busy
     throughout, not 102.5% of it; just under, the share is the exact ratio."""
-    from kbench import timing
+    from kbench.instruments import timing
     now = [0.0]
 
     def step():
@@ -391,7 +390,7 @@ def test_a_profiler_that_stopped_early_or_saw_nothing_gives_no_share_never_zero(
     """Kineto stops at its CUPTI buffer limit without raising: its activities are then short of the steps, and a
     share from them would be too low. An empty list would read 0.0, a measured idle device. Both: no share, and why;
     the profiled ms/step is still kept."""
-    from kbench import timing
+    from kbench.instruments import timing
     now = [0.0]
     profiler = FakeProfiler(now, stopped=stopped, empty=empty)
     found = timing.device_busy(profiler.step, lambda out: None, 5, profiler, 4.0, clock=lambda: now[0])
@@ -434,7 +433,7 @@ def test_a_cells_busy_share_is_over_its_windows_ms_per_step_and_its_host_memory_
     profiled = []
 
     def activities(warm, run):
-        from kbench import timing
+        from kbench.instruments import timing
         warm()
         run()
         profiled.append(True)

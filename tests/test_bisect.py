@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO
-from kbench import cell
+from kbench.contract import cell
 from kbench.lifecycle import bisect
 from kbench.plan import config_check
 from kbench.stacks import envs, images, lockcheck, lockgroups

@@ -14,6 +14,8 @@ import pytest
 
 from kbench.breakdown import compiled, kinds, measure, trace
 
+from conftest import run_context
+
 TRACES = Path(__file__).parent / "data" / "traces"
 MARKER, STEP = trace.MARKER, trace.STEP_MARKER
 
@@ -442,9 +444,11 @@ def test_a_records_trace_lies_beside_it():
 def test_a_run_without_breakdowns_writes_empty_tables_and_an_empty_picture(tmp_path):
     """A run whose cells have no breakdown (config breakdown.steps 0, or cells that failed): every output is there."""
     from kbench.results import breakdown_tables
-    breakdown_tables.build([], ["keras3-jax"], "strict", tmp_path / "tables", tmp_path / "plots")
-    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == sorted(breakdown_tables.OUTPUTS)
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(breakdown_tables.PLOTS)
+    from kbench.results.context import Records
+    breakdown_tables.build(Records(), run_context(tmp_path / "tables", "strict", tmp_path / "plots",
+                                                  frameworks=("keras3-jax",)))
+    assert sorted(p.name for p in (tmp_path / "tables/strict").iterdir()) == sorted(breakdown_tables.OUTPUTS)
+    assert sorted(p.name for p in (tmp_path / "plots/strict").iterdir()) == sorted(breakdown_tables.PLOTS)
 
 
 def test_the_picture_stacks_timed_ms_in_the_legends_order_without_an_alarm_colour():
@@ -477,7 +481,7 @@ def test_the_picture_stacks_timed_ms_in_the_legends_order_without_an_alarm_colou
 def test_a_record_of_the_earlier_reader_still_reads_its_fusions_as_unread():
     """Records kept from before the kinds said what a fusion holds (their "fused" kind, no per-step figures): the
     tables read them, their fusions as "fusion, content not read", never dropped."""
-    from kbench import cell
+    from kbench.contract import cell
     from kbench.results import breakdown_tables
     from test_launch import synthetic_spec
     result = cell.new_result(synthetic_spec(), {"runtime": "host"}, "ok")

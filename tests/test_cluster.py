@@ -15,7 +15,8 @@ import yaml
 
 import prebuild
 from conftest import REPO, SNAKEMAKE, snakemake
-from kbench import cell, records, runtimes
+from kbench.contract import cell
+from kbench.machine import environment_records, runtimes
 from kbench.run import launch
 from test_faults import cell_of, fault_workflow, podman_containers, record
 
@@ -56,7 +57,7 @@ def test_docker_runs_cells_in_the_image_podman_built(tmp_path, built):
     proc = snakemake(*options, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     images = tmp_path / "results" / "images"
-    podman_record, docker_record = (records.read(images / name) for name in
+    podman_record, docker_record = (environment_records.read(images / name) for name in
                                     ("synthetic.cpu.json", "synthetic.cpu.docker.json"))
     assert docker_record["id"] == podman_record["id"]
     found = [cell.read(cell_of(tmp_path, "ok", task)) for task in ("fit", "predict")]
@@ -79,7 +80,7 @@ def test_a_node_without_the_image_loads_it_from_the_shipped_archive(tmp_path, bu
     built = snakemake("results/images/synthetic.cpu.json", "results/images/synthetic.cpu.oci.tar", *options,
                       cwd=tmp_path)
     assert built.returncode == 0, built.stdout[-3000:]
-    image = records.read(image_record)
+    image = environment_records.read(image_record)
     podman = dict(capture_output=True, env=launch.process_env("podman"))
     subprocess.run(["podman", "rmi", "--force", image["id"]], check=True, **podman)
     assert not launch.has_image(runtimes.resolve("podman"), image["id"])

@@ -20,11 +20,14 @@ import yaml
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell, compile_cache, host, records, runtimes
+from kbench.contract import cell
+from kbench.instruments import compile_cache
+from kbench.machine import host, environment_records, runtimes
 from kbench.breakdown import measure, trace
 from kbench.plan import matrix, sources
 from kbench.run import launch
 from kbench.stacks import envs
+from kbench.results import flat
 
 pytestmark = pytest.mark.e2e
 # Every framework family in podman images (native PyTorch eager and compiled, Keras 2, Keras 3); host venvs for the
@@ -248,7 +251,7 @@ def probe_cell(results, folder, name, spec, framework, timeout_s=900):
 def no_accelerator(results, folder, framework):
     """A GPU spec in a CPU-only container (no GPU handed in, as a runtime without GPU plumbing would leave it)."""
     spec = matrix.spec({**CONFIG, "accelerator": "gpu"}, "tiny", "bert", "predict", 2, "float32", framework)
-    environment = records.read(results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json")
+    environment = environment_records.read(results / "images" / f"{matrix.stack_of(CONFIG, framework)}.cpu.json")
     out = folder / f"no-gpu-{framework}.json"
     argv = launch.command("podman", environment, out, gpu=False, name=f"kbench-test-{framework}")
     subprocess.run(argv, input=json.dumps({"spec": spec.to_dict(), "context": {"runtime": "podman"}}), text=True,
@@ -510,7 +513,7 @@ def test_every_real_cell_keeps_the_invariants_of_a_trustworthy_number(any_run):
         # native loop does too); nothing compiled inside the timed window
         if spec.task == "fit":
             assert result.evidence["step_returns"] == "host", where
-        assert result.row()["compiles_in_window"] in (None, 0), (where, result.evidence.get("compiles"))
+        assert flat.row(result)["compiles_in_window"] in (None, 0), (where, result.evidence.get("compiles"))
         assert result.memory["peak_host_rss_bytes"] > 50 * 2**20, where
         if spec.task == "fit":      # the same batch every step: a model that learns lowers its loss
             assert result.loss["last_timed_step"] < result.loss["first_timed_step"], (where, result.loss)
@@ -642,7 +645,7 @@ def test_keras3_torch_compiles_in_the_strict_profile(probes):
 def run_in_image(results, stack, *parts, timeout=600):
     """A Python snippet in a stack's image (offline, the repo's scripts mounted as the cells get them): the
     adapters where their frameworks are importable, which the driver's venv is not."""
-    environment = records.read(results / "images" / f"{stack}.cpu.json")
+    environment = environment_records.read(results / "images" / f"{stack}.cpu.json")
     code = f"CONFIG_JSON = {json.dumps(json.dumps({**CONFIG, 'accelerator': 'cpu'}))}\n" + "".join(
         textwrap.dedent(part) for part in parts)
     argv = ["podman", "run", "--rm", "-i", "--network", "none", "--env", "OMP_NUM_THREADS=1",
@@ -924,7 +927,7 @@ def test_paddle_columns_ran_resnet50_and_sd_and_say_what_to_static_ran(paddle_ru
             assert evidence["jit_compile"] is True and evidence["to_static"] == "sot"
             assert evidence["static_backend"] == "PHI" and evidence["cinn_compiled"] is False
             assert "BreakGraphInlineCallBreak" not in evidence["sot_graph_breaks"]
-            assert result.row()["compiles_in_window"] == 0
+            assert flat.row(result)["compiles_in_window"] == 0
         if task == "fit":
             assert result.loss["last_timed_step"] < result.loss["first_timed_step"], result.loss
     # torchvision's resnet50(num_classes=10): 25,557,032 at 1000 classes less 990 x (2048 + 1) of its head
@@ -965,7 +968,7 @@ def test_paddle_dtype_observation_is_what_ran_not_what_was_asked(paddle_run):
 
 def run_in_venv(results, stack, *parts, timeout=600):
     """A Python snippet in a stack's host venv (the repository's scripts on its path), as run_in_image does."""
-    environment = records.read(results / "environments" / f"{stack}.cpu.json")
+    environment = environment_records.read(results / "environments" / f"{stack}.cpu.json")
     code = f"CONFIG_JSON = {json.dumps(json.dumps({**CONFIG, 'accelerator': 'cpu'}))}\n" + "".join(
         textwrap.dedent(part) for part in parts)
     proc = subprocess.run([f"{environment['prefix']}/bin/python", "-c", code], capture_output=True, text=True,
@@ -1023,7 +1026,7 @@ def test_the_jax_numpy_job_times_both_sides_and_agrees(podman_run):
     """The JAX-against-NumPy job of the podman run (the keras3-jax image, the tiny suite's sizes): every workload and
     size timed on both sides with synced blocks, JAX's results within the float32 tolerance of NumPy's, and the
     claim read per workload."""
-    from kbench.studies import jax_numpy_tables
+    from kbench.results import jax_numpy_tables
     runtime, models, frameworks, tables_dir, results = podman_run
     result = cell.read(results / "jax_numpy" / "tiny" / "result.json")
     assert result.status == "ok", result.error

@@ -15,7 +15,7 @@ import pytest
 
 import prebuild
 from conftest import CONFIG, REPO
-from kbench import host, records, runtimes
+from kbench.machine import host, environment_records, runtimes
 from kbench.models import family
 from kbench.plan import matrix
 from kbench.results import flops
@@ -134,7 +134,7 @@ BUILD_SCRIPT = """
 import json, sys, traceback
 sys.path.insert(0, "{scripts}")
 from kbench import adapters
-from kbench.spec import CellSpec
+from kbench.contract.spec import CellSpec
 for case in CASES:
     try:
         adapter = adapters.load(case["adapter"])
@@ -195,16 +195,16 @@ def seeded(tmp_path_factory, built):
 def run_in_column(results, framework: str, column_cases: list[dict]) -> dict:
     definition = CPU_CONFIG["framework_defs"][framework]
     stack, env = definition["stack"], {k: str(v) for k, v in (definition.get("env") or {}).items()}
-    podman_record = results / records.path("podman", stack, "cpu")
+    podman_record = results / environment_records.path("podman", stack, "cpu")
     if podman_record.exists():
-        image = records.read(podman_record)["id"]
+        image = environment_records.read(podman_record)["id"]
         script = BUILD_SCRIPT.format(scripts=runtimes.SCRIPTS_IN_IMAGE)
         argv = ["podman", "run", "--rm", "-i", "--network", "none", *host.ulimit_args(),
                 f"--volume={REPO / 'scripts'}:{runtimes.SCRIPTS_IN_IMAGE}:ro",
                 *(f"--env={k}={v}" for k, v in env.items()), image, "python", "-"]
         process_env = launch.process_env("podman")
     else:
-        venv = records.read(results / records.path("host", stack, "cpu"))["prefix"]
+        venv = environment_records.read(results / environment_records.path("host", stack, "cpu"))["prefix"]
         script = BUILD_SCRIPT.format(scripts=REPO / "scripts")
         argv = [f"{venv}/bin/python", "-"]
         process_env = {**os.environ, **env}

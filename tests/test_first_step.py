@@ -8,11 +8,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kbench import cell, compile_cache, timing
+from kbench.contract import cell
+from kbench.instruments import compile_cache, timing
 from kbench.report import explanations
 from kbench.results import first_step_tables
+from kbench.results.context import Records
+from conftest import run_context
 from kbench.run import launch
-from kbench.spec import CellSpec
+from kbench.contract.spec import CellSpec
 from test_launch import driver_environment, synthetic_spec  # noqa: F401 (a fixture)
 
 # ---------------------------------------------------------------- the steady-state detector
@@ -272,20 +275,22 @@ def test_the_compile_pays_back_after_its_extra_wait_over_the_time_it_saves_per_s
 def test_the_table_shows_cold_and_warm_with_their_parts(tmp_path):
     cold = record("c", "cold", 30000.0, 100.0, STEADY)
     warm = record("c", "warm", 3000.0, 100.0, STEADY, hits=2)
-    long = first_step_tables.build([cold], [warm], ["c"], "strict", tmp_path / "t", tmp_path / "p", 0.1, {}, 0.1)
+    settings = {"steady_band": 0.1, "eager_twin": {}, "warm_differs_by": 0.1}
+    long = first_step_tables.build(Records(cells=(cold,), warm=(warm,)),
+                                   run_context(tmp_path, "t", tmp_path, frameworks=("c",), first_step=settings))
     assert list(long.state) == ["cold", "warm"]
     assert long.iloc[0].to_first_step_s == pytest.approx(31.5)
     text = (tmp_path / "t" / "first_step.md").read_text()
     assert "cold 31.5 s (import 1.0, build 0.5, first step 30.0: compile 27.0)" in text
     assert "warm 4.5 s" in text and "2 cache hits" in text and "steady at step 2" in text
-    assert (tmp_path / "p" / "first_step.png").stat().st_size > 0
+    assert (tmp_path / "t" / "first_step.png").stat().st_size > 0
 
 
 def test_a_compiled_cell_whose_framework_keeps_no_cache_says_why_it_has_no_warm_run():
     def compiled(framework, adapter, jit):
         result = record(framework, "cold", 30000.0, 100.0, STEADY, jit=jit)
-        result.spec["framework_def"] = {**result.spec["framework_def"], "adapter": adapter}
-        result.spec["settings"] = {**result.spec["settings"], "jit_compile": jit}
+        result.spec = result.spec.replace(framework_def={**result.spec.framework_def, "adapter": adapter},
+                                          settings={**result.spec.settings, "jit_compile": jit})
         return result
     static = compiled("static", "paddle", True)        # compiles, but Paddle keeps nothing across processes
     dygraph = compiled("dygraph", "paddle", False)     # does not compile: nothing to say

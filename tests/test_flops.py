@@ -9,7 +9,7 @@ import pytest
 
 import prebuild
 from conftest import CONFIG, REPO, snakemake
-from kbench import host, records, runtimes
+from kbench.machine import host, environment_records, runtimes
 from kbench.plan import matrix
 from kbench.results import flops
 from kbench.run import launch
@@ -247,7 +247,7 @@ COUNTER_SCRIPT = textwrap.dedent('''
     import torch
     from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
     from kbench import adapters
-    from kbench.spec import CellSpec
+    from kbench.contract.spec import CellSpec
 
     aten = torch.ops.aten
 
@@ -312,11 +312,11 @@ def native_torch_image(tmp_path_factory, built):
     missing)."""
     results = tmp_path_factory.mktemp("results-flops")
     prebuild.seed(built, results, prebuild.needs("podman", ["native-torch"]))
-    target = results / records.path("podman", matrix.stack_of(CPU_CONFIG, "native-torch-eager"), "cpu")
+    target = results / environment_records.path("podman", matrix.stack_of(CPU_CONFIG, "native-torch-eager"), "cpu")
     proc = snakemake(str(target), "--cores", "all", "--config", "accelerator=cpu", "runtime=podman",
                      f"results_dir={results}", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    return records.read(target)
+    return environment_records.read(target)
 
 
 def run_counter(image_id, cases):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO, snakemake
-from kbench import cell
+from kbench.contract import cell
 from kbench.results import tables
 
 FAKE_NVML = Path(__file__).parent / "fake_nvml"
@@ -376,7 +376,7 @@ def test_slurms_mig_gres_leases_the_instance_it_names(monkeypatch):
     """SLURM's MIG gres numbers instances (its 0 is no GPU index) and names them in CUDA_VISIBLE_DEVICES: the lease
     is that instance, by the runtime's name for it, its facts the instance's."""
     from kbench.run import launch
-    from kbench.runtimes import RUNTIMES
+    from kbench.machine.runtimes import RUNTIMES
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     monkeypatch.setenv("SLURM_JOB_GPUS", "0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-2222")

@@ -1,6 +1,6 @@
 """The GPU-stack check's library columns: a library that loads only with the NVIDIA driver is the GPU host's to
 provide, named apart; any other library that does not load is the image's defect."""
-from kbench.studies import gpu_stacks
+from kbench.gpucheck import stacks as gpu_stacks
 
 
 def test_a_library_that_needs_only_the_driver_is_the_hosts_and_any_other_failure_is_the_images():

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.workflow  # real cell processes of the synthetic stack,
 def gpucheck(tmp_path, *args, timeout=300):
     env = {**fake_gpu_host(tmp_path), "PYTHONPATH": str(REPO / "scripts")}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "kbench.studies.gpucheck", "--plan", "synthetic", "--out",
+    proc = subprocess.run([sys.executable, "-m", "kbench.gpucheck.check", "--plan", "synthetic", "--out",
                            str(tmp_path / "out"), *args], capture_output=True, text=True, env=env, cwd=REPO,
                           timeout=timeout)
     return proc, time.monotonic() - started

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kbench.stacks import envs, lockcheck
-from kbench.studies import gpucheck
+from kbench.gpucheck import check as gpucheck
 
 
 def fake_python(tmp_path, body: str) -> str:

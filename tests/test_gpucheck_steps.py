@@ -1,12 +1,16 @@
-"""The GPU check's acceptance steps (kbench.studies.gpucheck_steps), each on both sides of what it decides: passed
+"""The GPU check's acceptance steps (kbench.gpucheck.steps), each on both sides of what it decides: passed
 on a record or host that holds, FAILED on one that does not, not measured where the host lacks what it needs. The
 whole check with these steps runs in tests/test_gpucheck.py (a fake nvidia-smi, the synthetic stack)."""
 import os
 
 import pytest
 
-from kbench import cell, host
-from kbench.studies import gpucheck, gpucheck_steps as steps_of
+from kbench.contract import cell
+from kbench.machine import host
+from kbench.gpucheck import check as gpucheck, steps as steps_of
+from kbench.plan import matrix
+
+from conftest import CONFIG
 from test_host import NOBODY, shared_folder  # noqa: F401  (a fixture)
 from test_launch import fake_devices, fake_topology, gpus_on_bus
 
@@ -100,7 +104,7 @@ def test_a_lock_file_another_account_cannot_open_fails(as_root, shared_folder): 
     path.chmod(0o600)
     row = steps_of.second_account_lease_step(fake_devices(1), leases=shared_folder)
     assert failed(row, "while held: error: PermissionError", "after: error: PermissionError"), row
-    path.chmod(0o644)       # read-only is all the launcher's open needs (kbench.host.open_lock)
+    path.chmod(0o644)       # read-only is all the launcher's open needs (kbench.machine.host.open_lock)
     assert passed(steps_of.second_account_lease_step(fake_devices(1), leases=shared_folder))
 
 
@@ -114,7 +118,8 @@ def test_an_account_that_is_not_root_cannot_act_as_a_second_one(monkeypatch):
 
 def launched(runtime="preinstalled", given=(2, 3), seen=(2, 3), pinning="affinity", leased=UUID, nvml_uuid=UUID,
              torch_uuid=None, status="ok", gpu_uuids=None):
-    job = {"cell_id": f"gpucheck/launched/{runtime}", "accelerator": "gpu", "framework_def": {"stack": "synthetic"}}
+    job = {"cell_id": f"gpucheck/launched/{runtime}", "job": "gpucheck_launched", "accelerator": "gpu",
+           "framework_def": {"stack": "synthetic"}}
     context = {"runtime": runtime, "launcher": {"cpus_allocated": list(given) if given else None,
                                                 "cpu_pinning": pinning, "gpus_allocated": [leased],
                                                 **({"gpu_uuids": gpu_uuids} if gpu_uuids else {})}}
@@ -196,7 +201,7 @@ def test_a_conv_below_float32_with_tf32_off_fails(probes, status):
 # ---------------------------------------------------------------- the cells' records
 
 def gpu_cell(name="native-torch-eager", mean_ms=10.0, busy=None, identity=None, accelerator="gpu", status="ok"):
-    spec = {"cell_id": f"smoke/strict/bert/fit/bs32/float32/{name}", "accelerator": accelerator}
+    spec = matrix.spec({**CONFIG, "accelerator": accelerator}, "smoke", "bert", "fit", 32, "float32", name, "strict")
     result = cell.new_result(spec, {"device_identity": identity}, status)
     result.timing = {"mean_ms": mean_ms, "device_busy": busy}
     return result
@@ -263,7 +268,7 @@ def test_the_probe_runs_the_frameworks_conv_beside_its_matmul(monkeypatch, capsy
     import numpy as np
 
     import kbench.adapters
-    from kbench import numerics
+    from kbench.instruments import numerics
     fake = types.ModuleType("kbench.adapters._hooks")
     fake.torch_hooks = fake.jax_hooks = lambda: {
         "set_tf32": lambda mode, dtype: {"mode": mode}, "device": lambda: {"kind": "gpu", "name": "fake"},

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.lifecycle import history
 from kbench.plan import matrix
 from test_lifecycle import MS, packed_run, write_run  # noqa: F401  (packed_run: the module's fixture)

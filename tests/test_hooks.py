@@ -8,7 +8,7 @@ import types
 import pytest
 
 from conftest import image_record, python_in_image
-from kbench import timing
+from kbench.instruments import timing
 from kbench.adapters import _hooks, synthetic
 
 

@@ -1,4 +1,4 @@
-"""kbench.host, what the machine gives every account: lock files in a host-wide folder that any account can take,
+"""kbench.machine.host, what the machine gives every account: lock files in a host-wide folder that any account can take,
 whichever made them (the GPU lease, the image load and build locks), taken here for real as another account."""
 import contextlib
 import errno
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from kbench import host
+from kbench.machine import host
 from kbench.run import launch
 
 NOBODY = 65534
@@ -60,12 +60,12 @@ GPU_ROWS = "".join(f"{i}, NVIDIA H100 80GB HBM3, 580.95.05, GPU-fake-{i}\n" for 
 LEASE_AS_ANOTHER_ACCOUNT = f"""
 import sys
 from pathlib import Path
-from kbench import runtimes
+from kbench.machine import runtimes
 from kbench.gpu import preflight
 from kbench.run import launch
 launch.LEASES = Path(sys.argv[1])
 host = preflight.Host(run=lambda argv: {GPU_ROWS!r})
-with launch.gpu_lease({{"accelerator": "gpu"}}, runtimes.resolve("host"), host, poll_s=0.01) as lease:
+with launch.gpu_lease({{"cell_id": "lease", "job": "lease", "accelerator": "gpu"}}, runtimes.resolve("host"), host, poll_s=0.01) as lease:
     print(",".join(lease))
 """
 
@@ -79,7 +79,7 @@ def test_a_gpu_lease_root_made_is_taken_by_another_account(shared_folder, monkey
         monkeypatch.delenv(name, raising=False)
     from kbench.gpu import preflight
     gpus = preflight.Host(run=lambda argv: GPU_ROWS)
-    spec = {"accelerator": "gpu"}
+    spec = {"cell_id": "lease", "job": "lease", "accelerator": "gpu"}
     with umask(0o077):
         with launch.gpu_lease(spec, launch.runtimes.resolve("host"), gpus) as first, \
                 launch.gpu_lease(spec, launch.runtimes.resolve("host"), gpus) as second:
@@ -97,14 +97,14 @@ def test_a_gpu_lease_root_made_is_taken_by_another_account(shared_folder, monkey
 FILE_LOCK_AS_ANOTHER_ACCOUNT = """
 import sys
 from pathlib import Path
-from kbench import host
+from kbench.machine import host
 with host.file_lock(Path(sys.argv[1])):
     print("held")
 """
 
 
 def test_the_image_load_lock_root_made_is_taken_by_another_account(shared_folder):
-    """kbench.host.file_lock (a node's image load, the host's podman builds): made by root under a private umask, then
+    """kbench.machine.host.file_lock (a node's image load, the host's podman builds): made by root under a private umask, then
     taken by another account; and the other way round, root takes the one that account made."""
     made_by_root = shared_folder / "kbench-image-load-podman.lock"
     with umask(0o077), host.file_lock(made_by_root):

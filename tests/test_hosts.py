@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from kbench import host
+from kbench.machine import host
 
 pytestmark = pytest.mark.e2e
 TAG = "localhost/kbench-test/debian:trixie"

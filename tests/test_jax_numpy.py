@@ -1,13 +1,16 @@
-"""JAX against NumPy (kbench.studies.jax_numpy, kbench.studies.jax_numpy_tables): the verdict on made-up timings, agreement that
+"""JAX against NumPy (kbench.studies.jax_numpy, kbench.results.jax_numpy_tables): the verdict on made-up timings, agreement that
 fails a wrong result, the config's checks (the job itself runs in the e2e podman run, tests/test_e2e.py)."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import CONFIG, REPO
-from kbench import cell
-from kbench.plan import config_check
-from kbench.studies import jax_numpy, jax_numpy_tables as tables
+from kbench.contract import cell
+from kbench.plan import config_check, matrix
+from kbench.studies import jax_numpy
+from kbench.results import jax_numpy_tables as tables
+from kbench.results.context import Records
+from conftest import run_context
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 CLAIM = CONFIG["jax_numpy"]["claim"]
@@ -56,7 +59,7 @@ def test_a_ratio_without_intervals_is_read_at_its_point():
 
 
 def result_with(rows, status="ok", error=None):
-    job = {"cell_id": "tiny/jax_numpy", "suite": "tiny"}
+    job = {"cell_id": "tiny/jax_numpy", "job": "jax_numpy", "suite": "tiny"}
     found = cell.new_result(job, {}, status, error)
     found.jax_numpy = {"rows": rows, "device": {"platform": "cpu", "kind": "cpu", "count": 1}, "host_cpus": 2}
     return found
@@ -67,7 +70,8 @@ def test_tables_give_every_size_and_a_verdict_per_workload(tmp_path):
             dict(row(1000, 40.0, 1.0, half=0.1), workload="elementwise"),
             {"workload": "mlp", "size": 32, "status": "failed", "error": "MemoryError: "}]
     workloads = {name: {"why": f"why {name}"} for name in ("matmul", "elementwise", "mlp")}
-    tables.build(result_with(rows), CLAIM, workloads, "tiny", tmp_path)
+    tables.build(Records(jax_numpy=(result_with(rows),)),
+                 run_context(tmp_path, None, jax_numpy={"claim": CLAIM, "workloads": workloads}))
     table = pd.read_csv(tmp_path / "jax_numpy.csv")
     assert table["numpy/jax x"].tolist()[:2] == [2.0, 40.0] and table.agreement[2].startswith("failed: MemoryError")
     claims = pd.read_csv(tmp_path / "jax_numpy_claim.csv").set_index("workload")
@@ -125,8 +129,8 @@ def test_bad_study_config_gets_one_error_naming_the_key(config, mutate, message)
 
 
 def test_the_study_is_planned_where_its_column_runs(config):
-    assert jax_numpy.planned(config, "tiny")
-    assert not jax_numpy.planned({**config, "frameworks": ["keras2"]}, "tiny")
+    assert matrix.jax_numpy_planned(config, "tiny")
+    assert not matrix.jax_numpy_planned({**config, "frameworks": ["keras2"]}, "tiny")
     job = jax_numpy.job({**config, "accelerator": "cpu"}, "tiny")
     assert job["workloads"] == config["jax_numpy"]["suites"]["tiny"]["sizes"] and job["env"]["KERAS_BACKEND"] == "jax"
 

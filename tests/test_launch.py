@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kbench import cell, compile_cache, runtimes
-from kbench.spec import CellSpec
+from kbench.contract import cell
+from kbench.instruments import compile_cache
+from kbench.machine import runtimes
+from kbench.contract.spec import CellSpec
 from kbench.run import launch
 
 
@@ -215,7 +217,7 @@ class Compiling:
 def test_compiles_in_the_window_are_counted_from_the_windows_start_not_the_processs(recompile, in_window):
     """A compiled cell compiles in its warm-up (3 graphs before the window): a window that compiled nothing has 0
     compiles in it (no flag), one that recompiled in its second step has 1."""
-    from kbench import timing
+    from kbench.instruments import timing
     from kbench.run import runner
     compiling = Compiling(recompile)
     window = runner.Window(compiling)
@@ -677,7 +679,7 @@ esac
 @pytest.fixture
 def account(tmp_path, monkeypatch):
     """The launcher as uid 1000 on a fake cgroup v2 tree whose user manager systemd gave `controllers`
-    (tests/test_host.py's fake_cgroup), read by the real kbench.host.cpuset_delegation."""
+    (tests/test_host.py's fake_cgroup), read by the real kbench.machine.host.cpuset_delegation."""
     from test_host import USER, fake_cgroup
     read = launch.host.cpuset_delegation
 

@@ -43,7 +43,7 @@ def test_an_import_from_a_higher_wing_is_named(package_copy):
     # history imports tables (and archive the studies' tables, which import tables): the back-edge closes a circle
     assert found[2:] == ["circle: kbench.lifecycle.archive -> kbench.lifecycle.compare -> kbench.lifecycle.history -> "
                          "kbench.results.batch -> kbench.results.breakdown_tables -> kbench.results.first_step_tables -> "
-                         "kbench.results.plots -> "
+                         "kbench.results.plots -> kbench.results.registry -> "
                          "kbench.results.tables -> kbench.results.tuning"]
 
 
@@ -102,3 +102,14 @@ def test_an_entry_point_that_holds_logic_or_imports_past_kbench_is_named(tmp_pat
     path.write_text('"""A script."""\nimport sys\n' + planted)
     found = layout.script_problems([path])
     assert len(found) == 1 and found[0].startswith(f"scripts/tool.py:{problem}"), found
+
+
+def test_a_module_named_nowhere_is_named_twice(package_copy):
+    """The maps cannot drift: a new module must be named in its package's docstring and in docs/layout.md."""
+    (package_copy / "results" / "newtable.py").write_text("")
+    assert layout.problems() == [
+        "kbench.results.newtable: not named in kbench.results's docstring (kbench/results/__init__.py)",
+        "kbench.results.newtable: not named in docs/layout.md's row of the wing results"]
+    dropped = layout.LAYOUT_DOC.read_text().replace("breakdown_tables (time by kind", "(time by kind")
+    assert "kbench.results.breakdown_tables: not named in docs/layout.md's row of the wing results" \
+        in layout.unnamed(dropped)

@@ -14,9 +14,12 @@ import pytest
 import yaml
 
 from conftest import CONFIG, snakemake
-from kbench import cell, records, timing
+from kbench.contract import cell
+from kbench.machine import environment_records
+from kbench.instruments import timing
 from kbench.lifecycle import archive, compare
 from kbench.plan import matrix
+from kbench.results import registry
 
 FRAMEWORKS = ["native-torch-eager", "keras3-jax"]
 ARGS = ["--config", "suite=tiny", "accelerator=cpu", "runtime=podman", "models=[bert]",
@@ -50,7 +53,7 @@ def write_run(results, ms, keras="3.15.1", image_id="sha256:" + "11" * 32, runti
         else:
             record = {"stack": stack, "kind": "venv", "prefix": f"/x/.envs/{stack}.cpu"}
         record["lock_sha256"] = "sha256:" + "33" * 32
-        records.write(results / records.path(runtime, stack, "cpu"), record)
+        environment_records.write(results / environment_records.path(runtime, stack, "cpu"), record)
         environments[framework] = record
     for (framework, task, batch), mean in ms.items():
         cell_id = matrix.Cell("tiny", "strict", "bert", task, batch, "float32", framework).cell_id
@@ -84,6 +87,7 @@ def pack_in_process(results: Path, out: Path, runtime="podman") -> Path:
     """What the workflow's tables, plots, run_facts and archive rules make of a fixture run, by the same functions
     in this process (the report a placeholder page): an archive to verify, tamper with, compare and ingest."""
     from kbench.results import facts, plots
+    from kbench.results.context import Records, RunContext
     config = {**RUN_CONFIG, "runtime": runtime}
     cells_by_id: dict = {}
     paths = sorted(p for p in (results / "cells").rglob("*.r*.json") if "attempts" not in p.parts
@@ -91,13 +95,12 @@ def pack_in_process(results: Path, out: Path, runtime="podman") -> Path:
     for path in paths:
         result = cell.read(path)
         cells_by_id.setdefault(result.cell_id, []).append(result)
-    archive.build_tables(config, "tiny", cells_by_id, results / "tables" / "tiny")
-    plots.main(["--frameworks", ",".join(FRAMEWORKS), "--keras3", "keras3-jax", "--out",
-                str(results / "plots/tiny/strict"), str(results / "tables/tiny/strict/cells_summary.csv")])
+    registry.rebuild(config, "tiny", cells_by_id, results / "tables" / "tiny")
+    plots.TABLE.build(Records(), RunContext.of(config, "tiny", "strict", results / "tables/tiny", results / "plots/tiny"))
     kind = "images" if runtime == "podman" else "environments"
     environments = sorted(str(p) for p in (results / kind).glob("*.json"))
-    facts.main(["--suite", "tiny", "--out", str(results / "tables/tiny/run_facts.html"), "--environments",
-                *environments, "--cells", *map(str, paths)])
+    facts.TABLE.build(registry.read_records([["environments", *environments], ["cells", *map(str, paths)]]),
+                      RunContext.of(config, "tiny", None, results / "tables/tiny"))
     (results / "report").mkdir(exist_ok=True)
     (results / "report" / "tiny.html").write_text("<html><body>report</body></html>")
     archive.pack(out.name.removesuffix(".tar.gz"), "tiny", results, config, results / "report" / "tiny.html",
@@ -290,7 +293,7 @@ def test_verify_names_an_extra_file(packed_run, tmp_path):
             extra={"tiny-run1/tables/tiny/better_numbers.csv": b"1,2"})
     assert archive.verify(tmp_path / "t.tar.gz") == [
         "tables/tiny/better_numbers.csv: extra (not listed in MANIFEST.sha256)",
-        "tables/tiny/better_numbers.csv: not a table kbench.results.tables makes"]
+        "tables/tiny/better_numbers.csv: not a table kbench.results.registry makes"]
 
 
 def test_verify_names_a_cell_whose_image_differs_from_the_record(packed_run, tmp_path):
@@ -488,7 +491,7 @@ def forge_consistently(source, target):
             result = cell.CellResult.from_json(json.loads(data))
             cells.setdefault(result.cell_id, []).append(result)
     with tempfile.TemporaryDirectory() as tmp:
-        archive.build_tables(yaml.safe_load(members[f"{top}/config.resolved.yaml"]), "tiny", cells, Path(tmp))
+        registry.rebuild(yaml.safe_load(members[f"{top}/config.resolved.yaml"]), "tiny", cells, Path(tmp))
         for path in Path(tmp).rglob("*"):
             if path.is_file():
                 members[f"{top}/tables/tiny/{path.relative_to(tmp)}"] = path.read_bytes()
@@ -551,10 +554,11 @@ def test_verify_rebuilds_the_equivalence_table_in_the_jobs_order_not_the_paths()
     config = {**CONFIG, "models": ["bert"], "frameworks": ["native-torch-eager", "keras3-jax"]}
 
     def job(name, framework):
-        spec = {"cell_id": f"tiny/strict/equivalence/bert/{name}", "model": "bert", "framework": framework,
+        spec = {"cell_id": f"tiny/strict/equivalence/bert/{name}", "job": "equivalence", "model": "bert",
+                "framework": framework,
                 "reference": None if name == "reference" else "reference"}
         return cell.new_result(spec, {}, "ok")
     in_paths = [job("keras3-jax", "keras3-jax"), job("native-torch-eager", "native-torch-eager"),
                 job("reference", "keras3-jax")]
-    ordered = sorted(in_paths, key=archive.job_order(config))
+    ordered = sorted(in_paths, key=registry.job_order(config))
     assert [r.cell_id.rsplit("/", 1)[1] for r in ordered] == ["reference", "native-torch-eager", "keras3-jax"]

@@ -1,4 +1,4 @@
-"""A stack's lock path is spelled in one place, kbench.lockpaths (envs/<stack>.<accelerator>.lock). The guard reads
+"""A stack's lock path is spelled in one place, kbench.machine.lockpaths (envs/<stack>.<accelerator>.lock). The guard reads
 every string literal of the Python the pipeline runs (scripts/kbench, scripts/*.py, rules/*.smk, the Snakefile;
 docstrings and comments left out) and names each one that spells a stack's lock by hand."""
 import io
@@ -8,9 +8,10 @@ import tokenize
 import pytest
 
 from conftest import REPO
-from kbench import lockpaths, stacks
+from kbench.machine import lockpaths
+from kbench import stacks
 
-OWNER = REPO / "scripts" / "kbench" / "lockpaths.py"
+OWNER = REPO / "scripts" / "kbench" / "machine" / "lockpaths.py"
 FIELD = re.compile(r"\{([^{}]*)\}")
 DOCUMENTED = {"def", "class", "async", "rule", "checkpoint"}     # the blocks whose first string is their docstring
 

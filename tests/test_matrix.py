@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from kbench import precision
+from kbench.contract import precision
 from kbench.plan import matrix
 
 from conftest import CONFIG

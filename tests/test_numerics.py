@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import image_record, python_in_image
-from kbench import numerics
+from kbench.instruments import numerics
 
 
 def product(bits=None, output_bits=None):
@@ -69,7 +69,7 @@ def test_a_cell_that_asked_for_tf32_on_a_gpu_and_got_fp32_is_refused():
 @pytest.mark.parametrize("compute", ["float32", "bfloat16", "float16"])
 def test_the_framework_switches_are_set_for_the_cells_compute_dtype(compute):
     """The runner hands the backend the cell's compute dtype and task with its tf32 mode: JAX's default matmul
-    precision is for float32-compute cells only, and a generate cell's differs (kbench.numerics.jax_matmul_precision),
+    precision is for float32-compute cells only, and a generate cell's differs (kbench.instruments.numerics.jax_matmul_precision),
     which the backend can tell only from these arguments. A backend without a convolution probe records none."""
     from kbench.run import runner
     seen = []
@@ -143,7 +143,7 @@ JAX_LOWERING = textwrap.dedent('''
     import json, os
     os.environ["KERAS_BACKEND"] = "jax"
     import jax, keras
-    from kbench import numerics
+    from kbench.instruments import numerics
     from kbench.adapters import _hooks
 
     hooks = _hooks.jax_hooks()

@@ -1,6 +1,6 @@
 """Each adapter's packages are one table, kbench.adapters._packages, which imports nothing: the adapters record the
-versions of its distributions, the GPU check (kbench.studies.gpucheck) skips a cell whose required modules do not
-import, and the GPU-stack check (kbench.studies.gpu_stacks) imports in each GPU image every module of them its lock
+versions of its distributions, the GPU check (kbench.gpucheck.check) skips a cell whose required modules do not
+import, and the GPU-stack check (kbench.gpucheck.stacks) imports in each GPU image every module of them its lock
 pins. Checked against the committed locks, so that a misspelt distribution fails."""
 import ast
 
@@ -9,7 +9,7 @@ import pytest
 from conftest import CONFIG, REPO
 from kbench.adapters import _packages
 from kbench.stacks import lock_path, lockcheck, locks
-from kbench.studies import gpu_stacks, gpucheck
+from kbench.gpucheck import stacks as gpu_stacks, check as gpucheck
 
 ADAPTERS = REPO / "scripts" / "kbench" / "adapters"
 

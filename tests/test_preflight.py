@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import REPO, snakemake
-from kbench import host
+from kbench.machine import host
 from kbench.gpu import cuda, preflight
 from kbench.run import launch
 

@@ -27,7 +27,7 @@ def test_the_readme_is_the_front_door():
     """Short, with the commands CI and the walk-throughs rely on, and a link to every page of docs/."""
     assert len(README.splitlines()) <= 250
     assert "    scripts/bootstrap && .venv/bin/python tests/run_tiers.py " in README       # .ci/run runs this line
-    assert "snakemake --cores all" in README and "python3 -m kbench.studies.gpucheck" in README
+    assert "snakemake --cores all" in README and "python3 -m kbench.gpucheck.check" in README
     linked = set(re.findall(r"\]\((docs/[\w-]+\.md)", README))
     assert linked == {name for name in PAGES if name.startswith("docs/")}
 
@@ -57,7 +57,7 @@ def test_every_repository_file_the_pages_name_exists():
 
 
 def test_every_kbench_module_the_pages_name_is_there():
-    """`kbench.x.y` is a module, or a module and a name it defines (`kbench.runtimes.RUNTIMES`)."""
+    """`kbench.x.y` is a module, or a module and a name it defines (`kbench.machine.runtimes.RUNTIMES`)."""
     wrong = []
     for page, text in PAGES.items():
         for name in set(re.findall(r"(?<![\w/])kbench(?:\.\w+)+(?![\w=])", text)):

@@ -1,4 +1,4 @@
-"""The one table of runtimes (kbench.runtimes): a name is resolved once, an unknown one is refused with its name and
+"""The one table of runtimes (kbench.machine.runtimes): a name is resolved once, an unknown one is refused with its name and
 the allowed ones, and every list of runtimes (the config check's, where environment records live, what the launcher
 starts) is read from the table."""
 import copy
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CONFIG, REPO
-from kbench import records, runtimes
+from kbench.machine import environment_records, runtimes
 from kbench.plan import matrix
 from kbench.run import launch
 
@@ -39,22 +39,22 @@ def test_the_table_is_the_only_list_of_runtimes(monkeypatch):
     monkeypatch.setitem(runtimes.RUNTIMES, "added", added)
     assert allowed_by_the_config_check() == ["auto", "host", "preinstalled", "podman", "docker", "apptainer", "added"]
     matrix.check_references({**copy.deepcopy(CONFIG), "runtime": "added"})
-    assert records.path("added", "keras3-jax", "cpu") == "added/keras3-jax.cpu.json"
+    assert environment_records.path("added", "keras3-jax", "cpu") == "added/keras3-jax.cpu.json"
     assert launch.command("added", {"prefix": "/envs/x"}, Path("out.json"))[0] == "/envs/x/bin/python"
-    for refuse in (lambda: records.path("lxc", "keras3-jax", "cpu"), lambda: launch.command("lxc", {}, Path("o")),
+    for refuse in (lambda: environment_records.path("lxc", "keras3-jax", "cpu"), lambda: launch.command("lxc", {}, Path("o")),
                    lambda: launch.process_env("lxc")):
         with pytest.raises(ValueError, match="runtime 'lxc' is not supported; allowed: host, .*, apptainer, added$"):
             refuse()
 
 
 def test_every_runtimes_environment_records_are_where_a_rule_writes_them():
-    """The rules name the record each one writes; a cell depends on the path its runtime's entry names (records.path):
+    """The rules name the record each one writes; a cell depends on the path its runtime's entry names (environment_records.path):
     the two must be the same place, and no two runtimes share one."""
     rules = "".join(path.read_text() for path in sorted((REPO / "rules").glob("*.smk")))
     for runtime in runtimes.RUNTIMES.values():
         assert f'record=results("{runtime.records}")' in rules, runtime.name
     assert len({runtime.records for runtime in runtimes.RUNTIMES.values()}) == len(runtimes.RUNTIMES)
-    assert records.path("apptainer", "keras3-jax", "gpu") == "images/keras3-jax.gpu.sif.json"
+    assert environment_records.path("apptainer", "keras3-jax", "gpu") == "images/keras3-jax.gpu.sif.json"
 
 
 def docker_gpu_request(value: str) -> dict[str, list[str]]:

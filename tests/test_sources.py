@@ -16,7 +16,7 @@ ADAPTERS = ["native_torch", "keras3", "keras2", "synthetic"]
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_every_cell_runs_the_runner_the_timer_and_the_guards(adapter):
     found = sources.cell_modules(adapter)
-    for module in ("kbench.run.runner", "kbench.timing", "kbench.cell", "kbench.stacks.lockcheck", "kbench.numerics",
+    for module in ("kbench.run.runner", "kbench.instruments.timing", "kbench.contract.cell", "kbench.stacks.lockcheck", "kbench.instruments.numerics",
                    "kbench.gpu.nvml", "kbench.gpu.preflight", f"kbench.adapters.{adapter}", "kbench.adapters"):
         assert module in found, (adapter, module)
     assert all(path.startswith("scripts/kbench/") and path.endswith(".py") for path in sources.cell_sources(adapter))
@@ -61,4 +61,4 @@ def test_the_cell_rules_code_inputs_are_the_files_of_every_module_the_cell_runs(
     edit to it leave old cells standing."""
     files = sorted(str(sources._path(m).relative_to(REPO)) for m in sources.cell_modules(adapter))
     assert sorted(sources.cell_sources(adapter)) == files
-    assert {"scripts/kbench/numerics.py", "scripts/kbench/timing.py", "scripts/kbench/stacks/lockcheck.py"} <= set(files)
+    assert {"scripts/kbench/instruments/numerics.py", "scripts/kbench/instruments/timing.py", "scripts/kbench/stacks/lockcheck.py"} <= set(files)

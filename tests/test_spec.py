@@ -1,12 +1,12 @@
-"""kbench.spec.CellSpec: the plan's one typed record of a cell, a dict only at the JSON edge, read strictly there."""
+"""kbench.contract.spec.CellSpec: the plan's one typed record of a cell, a dict only at the JSON edge, read strictly there."""
 import json
 
 import pytest
 
 from conftest import CONFIG
-from kbench import cell
+from kbench.contract import cell
 from kbench.plan import matrix
-from kbench.spec import CellSpec, Dtypes, Steps
+from kbench.contract.spec import CellSpec, Dtypes, Steps
 
 pytestmark = pytest.mark.unit
 

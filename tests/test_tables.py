@@ -1,9 +1,12 @@
 import pandas as pd
 import pytest
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.plan import departures, matrix
-from kbench.results import equivalence_tables, flops, tables
+from kbench.results import equivalence_tables, flat, flops, tables
+from kbench.results.context import Records
+
+from conftest import run_context
 
 FRAMEWORKS = ["keras3-jax", "keras3-tensorflow", "keras3-torch"]
 
@@ -136,7 +139,8 @@ def test_build_writes_csv_and_markdown_from_json_files(tmp_path, results):
     for i, r in enumerate(results):
         paths.append(tmp_path / "cells" / f"{i}.json")
         r.write(paths[-1])
-    tables.build([cell.read(p) for p in paths], FRAMEWORKS, FRAMEWORKS, tmp_path / "tables", "strict")
+    tables.build(Records(cells=tuple(cell.read(p) for p in paths)),
+                 run_context(tmp_path, "tables", frameworks=tuple(FRAMEWORKS), keras3=tuple(FRAMEWORKS)))
     long = pd.read_csv(tmp_path / "tables" / "cells_long.csv")
     assert len(long) == 6 and set(long.status) == {"ok", "failed", "unsupported"}
     assert {"median_ms", "p90_ms", "stdev_ms", "first_step_ms", "params_total", "peak_host_rss_mib",
@@ -223,7 +227,7 @@ def test_precision_speedup_is_baseline_over_precision_beside_the_claim(study):
 
 
 def test_precision_markdown_has_one_section_per_model_task(tmp_path, study):
-    tables.write(tables.precision_speedup_table(study, STUDY, "float32", CLAIMS), tmp_path, "ps", "strict",
+    flat.write(tables.precision_speedup_table(study, STUDY, "float32", CLAIMS), tmp_path, "ps", "strict",
                  by_section=True)
     text = (tmp_path / "ps.md").read_text()
     assert text.startswith("## ps, profile strict\n\n### resnet50 fit, batch 128\n") and text.count("###") == 1
@@ -500,7 +504,8 @@ def test_a_column_that_differs_by_a_departure_its_profile_keeps_names_it(config,
     """Native BERT in the anchor profile runs the exact GELU (departure bert-gelu, kept by anchor only): its
     difference names the departure, and on a GPU TF32 too (on a CPU there is none); the same difference in strict,
     which keeps neither, names none. Departures that change how, not what (warm-up, XLA), are never named."""
-    job = cell.new_result({"cell_id": f"tiny/{profile}/equivalence/bert/native-torch-eager", "model": "bert",
+    job = cell.new_result({"cell_id": f"tiny/{profile}/equivalence/bert/native-torch-eager", "job": "equivalence",
+                           "model": "bert",
                            "framework": "native-torch-eager", "profile": profile, "accelerator": accelerator},
                           {}, "ok")
     job.equivalence = {"reference": False, "results": [{"task": "predict", "precision": "float32", "tolerance": 7.4e-6,

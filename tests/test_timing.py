@@ -3,7 +3,7 @@ import statistics
 import numpy as np
 import pytest
 
-from kbench import timing
+from kbench.instruments import timing
 
 
 class FakeClock:

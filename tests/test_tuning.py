@@ -7,6 +7,7 @@ import pytest
 
 from kbench.plan import config_check, departures, matrix
 from kbench.results import stats, tuning
+from kbench.results import departures_page
 
 from conftest import CONFIG, REPO
 from dag import plan
@@ -176,7 +177,7 @@ def test_verdicts_pick_the_best_of_each_side_and_mark_a_cpu_run():
 
 
 def test_the_departures_page_lists_each_tuned_setting_with_its_source(tmp_path):
-    departures.write(CONFIG["departures"], CONFIG["profile_defs"], tmp_path, CONFIG["tuning"])
+    departures_page.write(CONFIG["departures"], CONFIG["profile_defs"], tmp_path, CONFIG["tuning"])
     page = (tmp_path / "departures.md").read_text()
     assert "The tuned profile's departures from strict" in page
     for t in CONFIG["tuning"]:

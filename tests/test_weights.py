@@ -277,7 +277,7 @@ def numpy_adapter(load=lambda arrays: arrays):
 
 
 def mlp_spec(precision="float32", **settings):
-    from kbench.spec import CellSpec
+    from kbench.contract.spec import CellSpec
     compute = {"float32": "float32", "mixed_float16": "float16"}[precision]
     return CellSpec.from_dict({
         "cell_id": f"t/strict/mlp/predict/bs8/{precision}/numpy", "suite": "t", "profile": "strict", "size": "tiny",
@@ -301,8 +301,8 @@ def run_column(specs, reference=None, adapter=None):
 
 
 def check_job(framework, entries, is_reference=False):
-    from kbench import cell
-    job = cell.new_result({"cell_id": f"t/strict/equivalence/mlp/{framework}", "model": "mlp",
+    from kbench.contract import cell
+    job = cell.new_result({"cell_id": f"t/strict/equivalence/mlp/{framework}", "job": "equivalence", "model": "mlp",
                            "framework": framework}, {}, "ok")
     job.equivalence = {"reference": is_reference, "results": entries}
     return job

@@ -211,7 +211,7 @@ def test_a_version_bump_reruns_every_repeat_of_that_stacks_cells(up_to_date_temp
 
 
 def test_a_changed_timer_reruns_every_runnable_cell(up_to_date):
-    edit(up_to_date / "scripts" / "kbench" / "timing.py")
+    edit(up_to_date / "scripts" / "kbench" / "instruments" / "timing.py")
     planned = plan("-n", *TINY, "--rerun-triggers", "mtime", cwd=up_to_date)
     assert sorted(planned_cells(planned)) == runnable_cells()
 

@@ -1,6 +1,7 @@
 """The package's layout, checked: every kbench module belongs to a wing (a subpackage, or ground for the modules at
 the top), the wings stand in the order data flows, and a module imports only from its own wing or wings below it,
-with no circle. The entry points beside the package (scripts/*.py: a command's, or a rule's script) stand above every
+with no circle; every module is named in its package's docstring and in its wing's row of docs/layout.md (the maps
+cannot drift). The entry points beside the package (scripts/*.py: a command's, or a rule's script) stand above every
 wing and hold no logic: no function, class or lambda, and imports of kbench's public modules and of sys, os, pathlib
 and argparse only. Imports are read from the source by kbench.imports (every import statement, those inside
 functions included), so nothing is imported to check them.
@@ -10,6 +11,7 @@ functions included), so nothing is imported to check them.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -17,9 +19,13 @@ from kbench import imports
 from kbench.imports import PACKAGE
 
 ROOT = Path(__file__).resolve().parent
+LAYOUT_DOC = ROOT.parents[1] / "docs" / "layout.md"
 # Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> history.
 WINGS = ("ground", "breakdown", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results",
-         "lifecycle", "studies", "report")
+         "lifecycle", "studies", "harness", "gpucheck", "report")
+# The ground floor's shelves: subpackages that are ground, grouped by what they hold (the cell's contract, the
+# measuring instruments, the machine), beside its loose modules (files, imports, layout).
+SHELVES = ("contract", "instruments", "machine")
 # What an entry point (scripts/*.py) may import besides kbench's public modules: enough to find the package, read
 # argv and exit with the status of the one call it makes.
 ENTRY_IMPORTS = ("__future__", "sys", "os", "pathlib", "argparse")
@@ -35,6 +41,8 @@ def modules() -> list[str]:
 
 def wing_of(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 1 and parts[1] in SHELVES:
+        return "ground"
     return parts[1] if len(parts) > 1 and (ROOT / parts[1]).is_dir() else "ground"
 
 
@@ -117,6 +125,41 @@ def script_problems(paths: list[Path] | None = None) -> list[str]:
     return found
 
 
+def docstring(package: str) -> str:
+    """A package's __init__ docstring (kbench: the ground floor's)."""
+    path = ROOT.joinpath(*package.split(".")[1:], "__init__.py")
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+def layout_rows(text: str) -> dict[str, str]:
+    """docs/layout.md's table of wings: each wing's row, by the wing its first cell names."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith(("| wing", "|---")):
+            rows[line[2:].split()[0].strip("`/")] = line
+    return rows
+
+
+def named(name: str, text: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", text) is not None
+
+
+def unnamed(layout_doc: str | None = None) -> list[str]:
+    """The maps that must not drift: every module is named in its package's docstring and in its wing's row of
+    docs/layout.md."""
+    text = LAYOUT_DOC.read_text() if layout_doc is None else layout_doc
+    rows, found = layout_rows(text), []
+    for module in modules():
+        if module == PACKAGE:
+            continue
+        parent, name = module.rsplit(".", 1)
+        if not named(name, docstring(parent)):
+            found.append(f"{module}: not named in {parent}'s docstring ({parent.replace('.', '/')}/__init__.py)")
+        if not named(name, rows.get(wing_of(module), "")):
+            found.append(f"{module}: not named in docs/layout.md's row of the wing {wing_of(module)}")
+    return found
+
+
 def problems(edges: dict[str, set[str]] | None = None) -> list[str]:
     """One line per module in no known wing, per import from a wing above the importer's, per circle, and per entry
     point that holds logic or imports what it should not (script_problems)."""
@@ -128,7 +171,7 @@ def problems(edges: dict[str, set[str]] | None = None) -> list[str]:
                     and WINGS.index(wing_of(target)) > WINGS.index(wing_of(module)):
                 found.append(f"{module} ({wing_of(module)}) imports {target} ({wing_of(target)}), a wing above it")
     found += [f"circle: {' -> '.join(circle)}" for circle in circles(edges)]
-    return found + script_problems()
+    return found + script_problems() + unnamed()
 
 
 def docstring_head(wing: str) -> str:

@@ -1,5 +1,5 @@
 """adapters: one adapter per framework family (a new column's framework is a file here). An adapter answers one
-question: how does this framework build this model and run one step of this task. It never times and never writes files (kbench.timing and kbench.run.runner do).
+question: how does this framework build this model and run one step of this task. It never times and never writes files (kbench.instruments.timing and kbench.run.runner do).
 
 An adapter module provides:
   backend() -> Backend                  the framework's hooks (sync, device, memory, versions)
@@ -13,6 +13,10 @@ its `inputs` fact, in the Keras layout), so every column runs on the same number
 converts layouts (channels_first), never draws its own. What a model is (constructor arguments, FLOPs) is its
 family's; a builder holds only how this framework builds and steps it.
 
+The adapters: native_torch, keras2, keras3, paddle, synthetic (NumPy only: the pipeline's own tests); what they share:
+_keras (both Keras adapters), _keras_sd (Keras's Stable Diffusion), _hooks (the backends' hooks), _packages (each
+adapter's packages and their modules; imports nothing).
+
 May import: ground, models, gpu (and its framework, inside the functions that need it).
 """
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kbench.models import family
-from kbench.spec import CellSpec
+from kbench.contract.spec import CellSpec
 
 
 class NotSupported(Exception):
@@ -69,7 +73,7 @@ class Backend:
     set_tf32: Callable[..., dict]      # (mode, compute_dtype, task): the framework's own TF32 switches for off |
     #                                    on | library-default, given the cell's compute dtype and task; returns their
     #                                    values afterwards
-    matmul: Callable[[Any, Any], Any]  # float32 a @ b on the cell's device, back as NumPy (kbench.numerics probe)
+    matmul: Callable[[Any, Any], Any]  # float32 a @ b on the cell's device, back as NumPy (kbench.instruments.numerics probe)
     peak_device_memory_bytes: Callable[[], int | None]
     reset_peak_device_memory: Callable[[], bool]      # False where the framework cannot reset its peak
     package_versions: Callable[[], dict[str, str]]
@@ -83,11 +87,11 @@ class Backend:
     # (kbench.run.runner reads it after the first step): {} where it reports none (TensorFlow, Paddle)
     compile_times: Callable[[], dict] = dict
     # activities(warm, run): warm() then run() under the framework's device profiler, warm's activities discarded;
-    # run's (start_ms, end_ms) as a kbench.timing.Profiled, with why the profiler stopped early where it did
-    # (kbench.timing.device_busy); None where it has none here (a CPU has no device apart from the host).
+    # run's (start_ms, end_ms) as a kbench.instruments.timing.Profiled, with why the profiler stopped early where it did
+    # (kbench.instruments.timing.device_busy); None where it has none here (a CPU has no device apart from the host).
     activities: Callable[[Callable[[], None], Callable[[], None]], Any] | None = None
     # conv(x, w): a float32 convolution on the cell's device (NHWC input, HWIO kernel, stride 1, no padding), back
-    # as NumPy (kbench.numerics probe); None where the backend has no such probe
+    # as NumPy (kbench.instruments.numerics probe); None where the backend has no such probe
     conv: Callable[[Any, Any], Any] | None = None
     # trace(warm, run, folder): warm() then run() under the framework's own profiler, host and device, run() inside
     # an annotation named kbench.breakdown.MARKER; the Chrome trace JSON it wrote under folder (kbench.breakdown
@@ -121,7 +125,7 @@ def supports(adapter, model: str, task: str) -> bool:
     return task in adapter.MODELS.get(model, {})
 
 
-def refuse(adapter, spec: dict) -> None:
+def refuse(adapter, spec: CellSpec) -> None:
     """NotSupported, before the first operation on the device, where the adapter knows this device cannot run it:
     the reason is the cell's, not the error of whatever ran first (the runner's float32 matmul probe)."""
     if hasattr(adapter, "refuse"):

@@ -8,7 +8,7 @@ import importlib.metadata
 
 import numpy as np
 
-from kbench import numerics, timing
+from kbench.instruments import numerics, timing
 from kbench.breakdown.trace import MARKER, STEP_MARKER
 from kbench.adapters import NoAccelerator
 
@@ -47,7 +47,7 @@ def jax_hooks() -> dict:
         return stats.get("peak_bytes_in_use") if stats else None
 
     def set_tf32(mode: str, compute_dtype: str = "float32", task: str | None = None) -> dict:
-        """JAX's default matmul precision as kbench.numerics.jax_matmul_precision says (float32-compute cells only;
+        """JAX's default matmul precision as kbench.instruments.numerics.jax_matmul_precision says (float32-compute cells only;
         "off": "highest", which reaches convolutions too, or for generate the F32_F32_F32 dot preset)."""
         if mode != "library-default":      # XLA's own GEMM fusions follow it too
             # another compute dtype gets the default back: one process may run several precisions (the

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kbench import precision
+from kbench.contract.spec import CellSpec
+from kbench.contract import precision
 from kbench.adapters import Workload, dtype_name
 
 
-def prepare(keras, spec: dict) -> dict:
+def prepare(keras, spec: CellSpec) -> dict:
     """The cell's dtype policy (process-global, so set on every build) and the weight-init seed."""
     # a fresh session: auto-numbered layer and weight names start again, so a model's weight paths are the same in
     # every process that builds it (the equivalence check's reference names its weights by them)
@@ -19,7 +20,7 @@ def prepare(keras, spec: dict) -> dict:
     return {}
 
 
-def optimizer(keras, spec: dict, kind: str):
+def optimizer(keras, spec: CellSpec, kind: str):
     """kind: adamw | adam | sgd (momentum 0.9); the configured learning rate, the native cells' kinds."""
     learning_rate, o = spec.task_options["learning_rate"], spec.task_options["optimizers"][kind]
     built = {"adamw": lambda: keras.optimizers.AdamW(learning_rate=learning_rate, **o),
@@ -84,7 +85,7 @@ def _numpy(value):
         value.detach().float().cpu().numpy() if hasattr(value, "detach") else np.asarray(value))
 
 
-def workload(model, step, spec: dict, evidence=dict, **extra) -> Workload:
+def workload(model, step, spec: CellSpec, evidence=dict, **extra) -> Workload:
     total, trainable = count(model)
 
     def observed() -> dict:
@@ -97,7 +98,7 @@ def workload(model, step, spec: dict, evidence=dict, **extra) -> Workload:
                     dtypes=lambda: dtypes(model), evidence=observed, model=model, **extra)
 
 
-def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weight=None, output: str = "logits",
+def fit(keras, model, x, y, spec: CellSpec, optimizer, loss, to_device, sample_weight=None, output: str = "logits",
         evidence: dict | None = None) -> Workload:
     """One optimizer step per call: the base Model.train_on_batch, not fit() (whose per-call setup costs ~0.7 s on
     torch) and not keras-nlp 0.12.1's PipelineModel override (which fails on Keras 2 with dict inputs; with
@@ -123,7 +124,7 @@ def fit(keras, model, x, y, spec: dict, optimizer, loss, to_device, sample_weigh
     return workload(model, step, spec, observed, outputs=outputs_of(lambda: model(x, training=False), output))
 
 
-def generate(model, prompt, spec: dict, to_device) -> Workload:
+def generate(model, prompt, spec: CellSpec, to_device) -> Workload:
     """One greedy generate() call on the padded prompt (kbench.models.decoder.keras_prompt)."""
     x = to_device(prompt)
     model.compile(sampler="greedy", jit_compile=spec.settings["jit_compile"])
@@ -138,7 +139,7 @@ def generate(model, prompt, spec: dict, to_device) -> Workload:
                     generated_tokens=generated_tokens(p), outputs=outputs)
 
 
-def load_reference(workload: Workload, arrays, spec: dict) -> dict:
+def load_reference(workload: Workload, arrays, spec: CellSpec) -> dict:
     """The equivalence check's reference (Keras 3 weights, in their order) into a Keras model of the same weights:
     another Keras 3 backend, or Keras 2 where its model has the same weights in the same order."""
     from kbench.models import weights
@@ -159,7 +160,7 @@ def bert_gelu(backbone) -> dict:
     return {"gelu": "tanh" if "approximate" in getattr(activation, "__name__", "") else "exact"}
 
 
-def check_dropout(spec: dict) -> dict:
+def check_dropout(spec: CellSpec) -> dict:
     """The equivalence check runs without dropout (each framework draws its own masks); the cells with the
     libraries' defaults."""
     return {"dropout": 0.0} if spec.equivalence else {}

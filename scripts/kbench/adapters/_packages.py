@@ -1,6 +1,6 @@
 """Each adapter's packages, the one table of them: the distributions its cells record the versions of (a cell's
-provenance), those of them its column cannot run without (the GPU check, kbench.studies.gpucheck, skips a cell where
-one does not import), and the module each imports as (the GPU-stack check, kbench.studies.gpu_stacks, imports every
+provenance), those of them its column cannot run without (the GPU check, kbench.gpucheck.check, skips a cell where
+one does not import), and the module each imports as (the GPU-stack check, kbench.gpucheck.stacks, imports every
 one a GPU lock pins inside its image). Imports no framework, nor anything else: the checks read it in the driver's
 interpreter, the adapters in the cell's."""
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from kbench.contract.spec import CellSpec
 from kbench.models import bert, decoder, mistral, resnet50, sam
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 
@@ -23,12 +24,12 @@ def backend() -> Backend:
                    **_hooks.tf_hooks())
 
 
-def prepare(spec: dict) -> dict:
+def prepare(spec: CellSpec) -> dict:
     import tensorflow as tf
     return _keras.prepare(tf.keras, spec)
 
 
-def load_reference(workload, arrays, spec: dict) -> dict:
+def load_reference(workload, arrays, spec: CellSpec) -> dict:
     """Keras 3's weights into keras-nlp's and keras-cv's Keras 2 models: the same order and shapes for BERT, ResNet-50
     and Stable Diffusion; SAM's encoders list theirs in another order (kbench.models.mappings: KERAS2_ORDER)."""
     from kbench.models import mappings

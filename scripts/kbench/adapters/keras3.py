@@ -8,6 +8,7 @@ A step is exactly one Keras call: train_on_batch, one compiled forward call, or 
 """
 from __future__ import annotations
 
+from kbench.contract.spec import CellSpec
 from kbench.models import bert, decoder, gemma, llama, mistral, resnet50, sam
 from kbench.adapters import Backend, _hooks, _keras, for_tasks
 
@@ -24,12 +25,12 @@ def backend() -> Backend:
                    memory_policy={"tensorflow_hidden_from_gpus": hidden}, **hooks)
 
 
-def prepare(spec: dict) -> dict:
+def prepare(spec: CellSpec) -> dict:
     import keras
     return _keras.prepare(keras, spec)
 
 
-def load_reference(workload, arrays, spec: dict) -> dict:
+def load_reference(workload, arrays, spec: CellSpec) -> dict:
     """The reference's own weights, by path: every Keras 3 backend builds the same weights with the same paths (a
     session cleared per build), but not always in the same order (keras-hub's ViTDetBackbone makes its neck before
     its functional graph, vit_det_backbone.py: JAX lists the neck's weights first, torch after the graph's)."""

@@ -12,7 +12,7 @@ backward, optimizer.step, zero_grad, and the loss read back to the host (as trai
 Trainer: gradient clipping and the LR schedule (the Keras cells have neither), and Trainer's per-step bookkeeping,
 which would be harness overhead. Models are built where they run: parameters created on the cell's device in its
 weights dtype (kbench.adapters.native_torch._built), never in float32 on the host first.
-Precision (spec.dtypes, kbench.precision): the module is cast to the weights dtype (pure bfloat16, as the Keras
+Precision (spec.dtypes, kbench.contract.precision): the module is cast to the weights dtype (pure bfloat16, as the Keras
 cells' dtype policy; LoRA factors as settings.lora_dtype says); a compute dtype other than the weights' runs
 forward and loss under torch.autocast; loss scaling is torch.amp.GradScaler, as PyTorch's AMP recipe.
 """
@@ -24,6 +24,7 @@ import functools
 import numpy as np
 import torch
 
+from kbench.contract.spec import CellSpec
 from kbench.models import bert, decoder, gemma, llama, mistral, resnet50, sam, stable_diffusion
 from kbench.adapters import (Backend, NotSupported, Workload, _hooks, backward_and_step, channels_first, dtype_name,
                              for_tasks)
@@ -41,7 +42,7 @@ def backend() -> Backend:
     return Backend(name="torch", package_versions=lambda: _hooks.package_versions(_PACKAGES), **_hooks.torch_hooks())
 
 
-def load_reference(workload: Workload, arrays, spec: dict) -> dict:
+def load_reference(workload: Workload, arrays, spec: CellSpec) -> dict:
     """The equivalence check's reference (Keras 3 weights) into the native module, through kbench.models.weights' mapping
     of the model and task. What the module has that the reference did not give it, and what the reference has that
     the module lacks, are returned (the check reports them: a module with missing weights never passes), with the
@@ -56,7 +57,7 @@ def load_reference(workload: Workload, arrays, spec: dict) -> dict:
     return mappings.load_report(spec.model, mapping, arrays, missing, unexpected)
 
 
-def prepare(spec: dict) -> dict:
+def prepare(spec: CellSpec) -> dict:
     torch.manual_seed(spec.seed)               # weight init
     # The GPU where there is one, else the default device: the CPU, or the meta device for kbench.studies.census.
     return {"device": torch.device("cuda") if torch.cuda.is_available() else _default_device()}
@@ -447,7 +448,7 @@ def _autocast(spec, device):
 
 
 # The Keras cells' optimizers, with their defaults but the configured learning rate.
-def _optimizer(kind: str, spec: dict, parameters):
+def _optimizer(kind: str, spec: CellSpec, parameters):
     """The Keras cells' optimizers with config `optimizers`' hyperparameters and the task's learning rate (AdamW is
     also HF Trainer's default, "adamw_torch")."""
     o, lr = spec.task_options["optimizers"][kind], spec.task_options["learning_rate"]

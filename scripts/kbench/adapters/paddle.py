@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 
+from kbench.contract.spec import CellSpec
 from kbench.models import bert, resnet50, stable_diffusion  # noqa: E402
 from kbench.adapters import (Backend, NotSupported, Workload, _hooks, backward_and_step, channels_first,  # noqa: E402
                              for_tasks)
@@ -40,12 +41,12 @@ def backend() -> Backend:
                    **_hooks.paddle_hooks())
 
 
-def prepare(spec: dict) -> dict:
+def prepare(spec: CellSpec) -> dict:
     paddle.seed(spec.seed)            # weight init
     return {}
 
 
-def refuse(spec: dict) -> None:
+def refuse(spec: CellSpec) -> None:
     """A GPU the installed wheel has no kernels for (paddlepaddle-gpu 2.6.2 on Hopper, kbench.gpu.cuda.KERNEL_ARCHS)
     runs none of them: the cell is unsupported there, with the reason, before any kernel fails."""
     if not (paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
@@ -231,7 +232,7 @@ def _note_compute_dtype(seen: dict, autocast) -> None:
         seen["compute"] = observed_compute_dtype(autocast)
 
 
-def _optimizer(kind: str, spec: dict, parameters):
+def _optimizer(kind: str, spec: CellSpec, parameters):
     """The Keras cells' optimizers with config `optimizers`' hyperparameters and the task's learning rate; Paddle's
     Momentum is torch's SGD with momentum (v = m v + g, p -= lr v)."""
     o, lr = spec.task_options["optimizers"][kind], spec.task_options["learning_rate"]
@@ -335,7 +336,7 @@ def _tensors(tree):
     return paddle.to_tensor(tree)
 
 
-def load_reference(workload: Workload, arrays, spec: dict) -> dict:
+def load_reference(workload: Workload, arrays, spec: CellSpec) -> dict:
     """The equivalence check's reference (Keras 3 weights) into the Paddle model: the native column's mapping of the
     model and task (kbench.models.mappings) onto torch's names and layouts, then torch's onto Paddle's
     (kbench.models.mappings.paddle). What the model has that the reference did not give it, and the reverse, are returned

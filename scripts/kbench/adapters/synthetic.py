@@ -17,7 +17,7 @@ spec.arch: {"matrix_size": N}; spec.task_options:
   reuse_output: a fit whose steps return one buffer, overwritten by each step with a falling loss (as CUDA-graph
          replays reuse their output memory); the workload keeps a copy of the first
   compile_ms: a compiled cell's (settings jit_compile) first step also "compiles" for this long, unless the
-         persistent cache (KBENCH_SYNTHETIC_CACHE_DIR, kbench.compile_cache) holds its program, which it then loads
+         persistent cache (KBENCH_SYNTHETIC_CACHE_DIR, kbench.instruments.compile_cache) holds its program, which it then loads
          in a tenth of that; or KBENCH_SYNTHETIC_COMPILE_MS
   device_ms: each step also queues this many milliseconds of work on a simulated asynchronous device (a worker
          thread) and returns at once, as a GPU step does; only the backend's sync waits for that work. A harness that
@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kbench import numerics
+from kbench.contract.spec import CellSpec
+from kbench.instruments import numerics
 from kbench.adapters import Backend, Workload, dtype_name, for_tasks
 
 
@@ -175,7 +176,7 @@ def backend() -> Backend:
                    trace=RECORDER.trace, compile_counters=COMPILER.counters, compile_times=COMPILER.times)
 
 
-def prepare(spec: dict) -> dict:
+def prepare(spec: CellSpec) -> dict:
     return {}
 
 
@@ -183,7 +184,7 @@ class OutOfMemoryError(RuntimeError):
     """torch.OutOfMemoryError's name and words, without torch."""
 
 
-def _matmul(spec: dict, inputs) -> Workload:
+def _matmul(spec: CellSpec, inputs) -> Workload:
     options = spec.task_options
     fault = options.get("fault") or os.environ.get("KBENCH_SYNTHETIC_FAULT")
     once = os.environ.get("KBENCH_SYNTHETIC_FAIL_ONCE")

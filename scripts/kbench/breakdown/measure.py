@@ -11,7 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kbench import cell, timing
+from kbench.contract import cell
+from kbench.instruments import timing
 from kbench.breakdown import compiled, trace
 
 TRACE_NAME = "result.trace.json.gz"     # beside the cell's record (the launcher moves result.* out of its staging)

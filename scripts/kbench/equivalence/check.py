@@ -29,8 +29,8 @@ import traceback
 
 import numpy as np
 
-from kbench.spec import CellSpec
-from kbench import cell
+from kbench.contract.spec import CellSpec
+from kbench.contract import cell
 from kbench.models import family, weights
 from kbench.stacks import lockcheck
 

@@ -14,7 +14,7 @@ datasheet, 2024: as H100 SXM, the same GH100 compute), L4 (30.3 / 60 / 121), L40
 (91.6 / 183 / 362).
 
 The arithmetic of a step's products: bfloat16 or float16 where the cell computed in them; for float32 compute the
-class the matmul probe saw for matrix products (kbench.numerics), and for convolutions what the recorded switches
+class the matmul probe saw for matrix products (kbench.instruments.numerics), and for convolutions what the recorded switches
 allowed (torch's cuDNN TF32 switch is apart from its matmul one, and on by default; NVIDIA_TF32_OVERRIDE=0 turns
 both off). MFU = the time the step's FLOPs take at the peak of each product's arithmetic / the measured time.
 """

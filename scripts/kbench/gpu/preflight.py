@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from kbench.gpu import cuda
-from kbench.host import DELEGATE_FIX, REPO, Delegation, cpuset_delegation
-from kbench.lockpaths import lock_path
+from kbench.machine.host import DELEGATE_FIX, REPO, Delegation, cpuset_delegation
+from kbench.machine.lockpaths import lock_path
 
 BINARIES = {"podman": "podman", "docker": "docker", "apptainer": "apptainer"}
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")

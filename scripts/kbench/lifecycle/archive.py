@@ -26,11 +26,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from kbench import cell, compile_cache, host, records, timing
+from kbench.contract import cell
+from kbench.instruments import compile_cache, timing
+from kbench.machine import host, environment_records
 from kbench.breakdown import measure
-from kbench.host import REPO
-from kbench.plan import departures, matrix
-from kbench.results import batch, breakdown_tables, facts, first_step_tables, tables, tuning
+from kbench.machine.host import REPO
+from kbench.results import facts, registry
 from kbench.files import BadFile, kind, parse_json, read_bytes, read_text, refuse, text, unreadable
 
 MANIFEST = "MANIFEST.sha256"
@@ -63,8 +64,9 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cel
         for path in sorted((results / folder).rglob("*")):
             if path.is_file() and not path.name.endswith(".tmp"):
                 files[str(path.relative_to(results))] = path
-    for name in departures.OUTPUTS + ["run_facts.html"]:
-        files[f"tables/{suite}/{name}"] = results / "tables" / suite / name
+    for path in registry.files(config, suite, results / "tables" / suite, results / "plots" / suite, archived=True):
+        if Path(path).parent == results / "tables" / suite:        # the suite's own tables (the profiles' are above)
+            files[str(Path(path).relative_to(results))] = Path(path)
     files[f"report/{suite}.html"] = report
     base = results / "images" / "base.json"      # the base's full Debian package manifest, where podman built it
     for record in [*environment_records, *images, *([base] if base.exists() else [])]:
@@ -328,11 +330,11 @@ def consistency(run: Run) -> list[str]:
         environment = prov.get("environment")
         if not environment:      # n/a cells never start an environment
             continue
-        record_name = records.path(prov["runtime"], spec["framework_def"]["stack"], spec["accelerator"])
+        record_name = environment_records.path(prov["runtime"], spec.stack, spec.accelerator)
         if record_name not in run.files:
             problems.append(f"{record_name}: missing (cells/{name}.json ran in it)")
             continue
-        key, recorded = records.identity(run.json(record_name))
+        key, recorded = environment_records.identity(run.json(record_name))
         if recorded != environment.get(key):
             problems.append(f"cells/{name}.json: ran in {key} {environment.get(key)}, but {record_name} "
                             f"records {recorded}")
@@ -357,8 +359,8 @@ def timing_arithmetic(result: cell.CellResult) -> list[str]:
         return []
     steps = timing_record["step_ms"]
     found = []
-    if len(steps) != result.spec["steps"]["timed"]:
-        found.append(f"{len(steps)} per-step times, but the spec times {result.spec['steps']['timed']} steps")
+    if len(steps) != result.cell_spec.steps.timed:
+        found.append(f"{len(steps)} per-step times, but the spec times {result.cell_spec.steps.timed} steps")
     if not math.isclose(sum(steps), timing_record["window_ms"], rel_tol=1e-6):
         found.append(f"window_ms {timing_record['window_ms']} is not the sum of its step_ms ({sum(steps)})")
     if "block_ms" in timing_record:         # the synced blocks (schema 6): the same window, the same steps
@@ -372,50 +374,8 @@ def timing_arithmetic(result: cell.CellResult) -> list[str]:
     return found
 
 
-def job_order(config: dict):
-    """The order rule tables gives the equivalence jobs (rules/common.smk equivalence_jsons): per model, the reference
-    job, then the columns in the config's order; the tables keep it (a path order rebuilds a different CSV)."""
-    def key(job: cell.CellResult):
-        spec = job.spec
-        return (config["models"].index(spec["model"]) if spec["model"] in config["models"] else len(config["models"]),
-                spec.get("reference") is not None,
-                config["frameworks"].index(spec["framework"]) if spec["framework"] in config["frameworks"] else -1)
-    return key
-
-
-def build_tables(config: dict, suite: str, cells: dict[str, list[cell.CellResult]], out: Path,
-                 equivalence=lambda profile: [], warm: list[cell.CellResult] = ()) -> None:
-    """Every profile's tables and the departures page, as rules tables and departures make them, into out/
-    (equivalence(profile): that profile's equivalence jobs; warm: the warm twins)."""
-    in_job_order = job_order(config)
-    for profile in config["profiles"]:
-        in_run_order = [r for c in matrix.cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
-        tables.build(in_run_order, config["frameworks"], matrix.keras3_frameworks(config), out / profile, profile,
-                     config["precision_study"]["baseline"], config["precision_study"]["claims"],
-                     departures.unreproduced(config, profile), sorted(equivalence(profile), key=in_job_order),
-                     config["equivalence"]["differences"], config["departures"])
-        breakdown_tables.build(in_run_order, config["frameworks"], profile, out / profile)
-        if "first_step" in config:          # an archive of a run before time to the first step has no such table
-            first_step_tables.build(in_run_order, [w for w in warm if w.spec.get("profile") == profile],
-                                    config["frameworks"], profile, out / profile, None,
-                                    config["first_step"]["steady_band"], config["first_step"]["eager_twin"],
-                                    config["first_step"]["warm_differs_by"])
-    for profile in config["profiles"]:          # the batch study's tables, where the suite ran its ladder
-        rungs = [r for c in matrix.batch_cells(config, suite) if c.profile == profile for r in cells.get(c.cell_id, [])]
-        if rungs:
-            batch.build(rungs, matrix.ladder_frameworks(config, suite), matrix.keras3_frameworks(config),
-                        matrix.native_torch_frameworks(config), matrix.ladder_rows(config, suite),
-                        config["batch_study"]["tolerance"], config["accelerator"] != "cpu", out / profile, profile)
-    tuned = matrix.tuned_profile(config)
-    if tuned:
-        tuning.build(out / "strict", out / tuned, config["frameworks"], matrix.keras3_frameworks(config),
-                     matrix.native_torch_frameworks(config), config["accelerator"] != "cpu", out,
-                     applied=matrix.tuning_ids(config))
-    departures.write(config["departures"], config["profile_defs"], out, config.get("tuning") or [])
-
-
 def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[str]:
-    """Every table file of the archive must be what kbench.results.tables (each profile's tables) and kbench.plan.departures make
+    """Every table file of the archive must be what the registry's tables (kbench.results.registry.rebuild) make
     of the archived cells and config: a figure edited in a table (or in a cell) shows as a difference even under a
     regenerated manifest."""
     config_name = "config.resolved.yaml"
@@ -431,16 +391,18 @@ def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[st
     if not isinstance(config, dict):
         raise BadFile(run.where(config_name), f"not a config: {type(config).__name__} at the top", ARCHIVE)
     prefix = f"tables/{run.suite}/"
+    kept = {name for table in registry.TABLES if not table.rebuilt for name in table.outputs}    # the host's facts
     archived = {name.removeprefix(prefix): data for name, data in run.files.items()
-                if name.startswith(prefix) and not name.endswith("run_facts.html")}
+                if name.startswith(prefix) and Path(name).name not in kept}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        build_tables(config, run.suite, cells, out, run.equivalence, run.warm())
+        registry.rebuild(config, run.suite, cells, out, [job for profile in config["profiles"]
+                                                         for job in run.equivalence(profile)], run.warm())
         rebuilt = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     problems = [f"{prefix}{name}: differs from the table rebuilt from the cell JSONs"
                 for name in sorted(set(archived) & set(rebuilt)) if archived[name] != rebuilt[name]]
-    problems += [f"{prefix}{name}: missing (kbench.results.tables makes it)" for name in sorted(set(rebuilt) - set(archived))]
-    problems += [f"{prefix}{name}: not a table kbench.results.tables makes" for name in sorted(set(archived) - set(rebuilt))]
+    problems += [f"{prefix}{name}: missing (kbench.results.registry makes it)" for name in sorted(set(rebuilt) - set(archived))]
+    problems += [f"{prefix}{name}: not a table kbench.results.registry makes" for name in sorted(set(archived) - set(rebuilt))]
     return problems
 
 

@@ -53,12 +53,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbench import cell, files
-from kbench.host import REPO
+from kbench.contract.spec import CellSpec
+from kbench.contract import cell
+from kbench import files
+from kbench.machine.host import REPO
 from kbench.plan import config_check, matrix
 from kbench.results import stats
 from kbench.run import launch
 from kbench.stacks import envs, images, lock_name, lockcheck, lockgroups
+from kbench.results import flat
 
 RUNTIMES = ("host", "podman")
 MOST = 0.5          # a group that moves more than half the change explains it, even where it differs from new
@@ -154,7 +157,7 @@ def cell_spec(config: dict, cell_id: str, stack: str, accelerator: str) -> dict:
 class Bench:
     """Makes and runs the steps, each once: a step is named by the groups it applies."""
 
-    def __init__(self, config: dict, spec: dict, stack: str, runtime: str, repeats: int, out: Path,
+    def __init__(self, config: dict, spec: CellSpec, stack: str, runtime: str, repeats: int, out: Path,
                  resolver: lockgroups.Resolver, old_lock: Path, new_lock: Path, groups: list[lockgroups.Group]):
         self.config, self.spec, self.stack, self.runtime, self.repeats = config, spec, stack, runtime, repeats
         self.out, self.resolver, self.old_lock, self.new_lock, self.groups = out, resolver, old_lock, new_lock, groups
@@ -184,7 +187,7 @@ class Bench:
         for step in fresh:
             if step.status == "ok":
                 results = [cell.read(path) for path in step.records]
-                estimate = stats.estimate(step.repeat_means, [r.row()["block_means"] for r in results])
+                estimate = stats.estimate(step.repeat_means, [flat.row(r)["block_means"] for r in results])
                 step.estimate = {"ms": estimate.ms, "low": estimate.low, "high": estimate.high,
                                  "method": estimate.method}
         self.after_round()
@@ -366,7 +369,7 @@ def most_steps(groups: int) -> int:
     return {1: 2, 2: 4, 3: 8}.get(groups, 2 + groups + 1 + groups * (groups - 1) // 2)
 
 
-def default_out(config: dict, spec: dict, old_lock: Path, new_lock: Path) -> Path:
+def default_out(config: dict, spec: CellSpec, old_lock: Path, new_lock: Path) -> Path:
     digests = "-".join(envs.sha256_file(p).removeprefix("sha256:")[:8] for p in (old_lock, new_lock))
     return Path(config["results_dir"]) / "bisect" / f"{spec.cell_id.replace('/', '-')}-{digests}"
 

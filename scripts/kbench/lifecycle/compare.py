@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.results import stats
 from kbench.lifecycle.archive import Run
 from kbench.files import BadFile, refuse

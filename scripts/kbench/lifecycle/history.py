@@ -35,10 +35,11 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.results import stats
 from kbench.lifecycle.archive import Run, cell_names
 from kbench.files import BadFile, kind
+from kbench.results import flat
 
 STORE = Path("results/history")
 DATABASE = "history.duckdb"
@@ -151,7 +152,7 @@ def ingest(source: str | Path, suite: str | None = None, store: Path = STORE) ->
         rows, packages = [], []
         for name, result in by_name.items():
             data = run.files[name]
-            row = result.row()
+            row = flat.row(result)
             provenance = result.provenance
             environment = provenance.get("environment") or {}
             rows.append({
@@ -227,7 +228,7 @@ def package_changes(old: list[cell.CellResult], new: list[cell.CellResult]) -> s
 def _estimate(results: list[cell.CellResult]) -> stats.Estimate | None:
     if not results or any(r.mean_ms is None for r in results):
         return None
-    rows = [r.row() for r in results]
+    rows = [flat.row(r) for r in results]
     return stats.estimate([r["mean_ms"] for r in rows], [r["block_means"] for r in rows])
 
 
@@ -348,7 +349,7 @@ def write_changes(con, suite: str, profile: str, out: Path, plots: Path) -> pd.D
     table.to_csv(out / "changes.csv", index=False)
     shown = table.astype(object).where(table.notna(), "")
     (out / "changes.md").write_text(f"## changes, profile {profile}\n\n{CHANGES_NOTE}\n\n"
-                                    + (tables.markdown(shown.set_index("cell")) if len(table) else
+                                    + (flat.markdown(shown.set_index("cell")) if len(table) else
                                        "No two comparable runs in the history yet.\n"))
     (out / "changes.html").write_text(f"<html><body><h2>changes, profile {profile}</h2><p>{CHANGES_NOTE}</p>\n"
                                       + (shown.to_html(index=False, border=0) if len(table) else

@@ -16,7 +16,7 @@ import jsonschema
 import yaml
 
 from kbench import files
-from kbench.host import REPO
+from kbench.machine.host import REPO
 from kbench.plan import matrix
 from kbench.stacks import lock_id, lock_path
 

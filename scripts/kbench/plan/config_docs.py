@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from kbench.host import REPO
+from kbench.machine.host import REPO
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 # What a map's key stands for, by the map's path (any other map: <name>)

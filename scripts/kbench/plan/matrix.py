@@ -3,7 +3,7 @@ runnable or n/a, and the resolved spec a cell process gets (its settings: the pr
 profile keeps).
 
 The JSON schema (schemas/config.schema.yaml) checks shapes; this module checks names, in one place: that every name
-used in one section is defined in another (or in kbench.precision), and that the files a name stands for exist (each
+used in one section is defined in another (or in kbench.contract.precision), and that the files a name stands for exist (each
 selected stack's lock, each adapter's module). Every message names the key, the bad value and what is allowed.
 """
 from __future__ import annotations
@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from kbench import compile_cache, precision, runtimes
+from kbench.instruments import compile_cache
+from kbench.contract import precision
+from kbench.machine import runtimes
 from kbench.models import family
-from kbench.spec import CellSpec
-from kbench.host import REPO
+from kbench.contract.spec import CellSpec
+from kbench.machine.host import REPO
 from kbench.stacks import lock_path, locks
 
 TASKS = ("fit", "predict", "generate")
@@ -34,7 +36,7 @@ class Cell:
     model: str
     task: str
     batch_size: int
-    precision: str                        # a kbench.precision name: float32, bfloat16, mixed_float16, mixed_bfloat16
+    precision: str                        # a kbench.contract.precision name: float32, bfloat16, mixed_float16, mixed_bfloat16
     framework: str
     not_applicable: str | None = None     # the reason, when the framework cannot run this model/task
 
@@ -128,6 +130,13 @@ TUNING = {
     "cudnn_benchmark": {"adapters": ("native_torch",), "values": (True,)},
     "channels_last": {"adapters": ("native_torch",), "values": (True,)},
 }
+
+
+def jax_numpy_planned(config: dict, suite: str) -> bool:
+    """JAX against NumPy (kbench.studies.jax_numpy) runs for a suite it lists, where it is enabled and its column is
+    selected (its environment is built for the column's cells anyway); a run that predates the study has none."""
+    study = config.get("jax_numpy")
+    return bool(study) and study["enabled"] and suite in study["suites"] and study["framework"] in config["frameworks"]
 
 
 def tuned_profile(config: dict) -> str | None:
@@ -284,7 +293,7 @@ def cell_spec(config: dict, c: Cell) -> CellSpec:
 
 
 def compiles_into_cache(config: dict, c: Cell) -> bool:
-    """A runnable cell whose framework compiles it into a persistent compile cache (kbench.compile_cache)."""
+    """A runnable cell whose framework compiles it into a persistent compile cache (kbench.instruments.compile_cache)."""
     return not c.not_applicable and compile_cache.has_cache(cell_spec(config, c))
 
 

@@ -12,7 +12,7 @@ import functools
 
 from kbench import imports
 from kbench.models import family
-from kbench.host import REPO
+from kbench.machine.host import REPO
 
 SCRIPTS = REPO / "scripts"
 _path, _imported = imports.path_of, imports.imported        # the one reader of kbench's imports

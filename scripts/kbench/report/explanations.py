@@ -38,6 +38,7 @@ import pandas as pd
 
 from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED, table
 from kbench.results import stats, tables
+from kbench.results import flat
 
 CANNOT_OBSERVE = "cannot be observed here"
 MATH = ("matmul_conv",)
@@ -98,7 +99,7 @@ def _label(key) -> str:
 
 
 def _timed(summary: pd.DataFrame) -> dict[tuple, dict[str, stats.Estimate]]:
-    return {key: tables.estimates(summary, group) for key, group in summary.groupby(tables.ROW_KEYS, sort=False)}
+    return {key: tables.estimates(summary, group) for key, group in summary.groupby(flat.ROW_KEYS, sort=False)}
 
 
 def _breakdowns(long: pd.DataFrame) -> dict[tuple, dict[str, pd.DataFrame]]:
@@ -106,7 +107,7 @@ def _breakdowns(long: pd.DataFrame) -> dict[tuple, dict[str, pd.DataFrame]]:
     found: dict[tuple, dict[str, pd.DataFrame]] = {}
     if long.empty:
         return found
-    for key, group in long[long.closes.astype(bool)].groupby([*tables.ROW_KEYS, "framework"], sort=False):
+    for key, group in long[long.closes.astype(bool)].groupby([*flat.ROW_KEYS, "framework"], sort=False):
         *row, framework = key
         found.setdefault(tuple(row), {})[framework] = group.set_index("kind")
     return found

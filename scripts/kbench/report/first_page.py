@@ -25,6 +25,7 @@ from kbench.plan import matrix
 from kbench.report import explanations, verdicts
 from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED
 from kbench.results import first_step_tables, flops, stats, tables
+from kbench.results import flat
 
 
 
@@ -34,15 +35,15 @@ def headline(summary: pd.DataFrame, frameworks: list[str], flags: pd.DataFrame |
     """Per row: the fastest column, its ms/step, the columns whose intervals overlap its own (not shown to differ:
     a tie, not a loss), and the row's parity, network and equivalence flags from ms_per_step."""
     rows = []
-    for key, group in summary.groupby(tables.ROW_KEYS, sort=False):
+    for key, group in summary.groupby(flat.ROW_KEYS, sort=False):
         found = tables.estimates(summary, group)
         if not found:
-            rows.append({**dict(zip(tables.ROW_KEYS, key)), "fastest": _none_ok(group), "ms/step": "",
+            rows.append({**dict(zip(flat.ROW_KEYS, key)), "fastest": _none_ok(group), "ms/step": "",
                          "columns ok": f"0 of {len(group)}"})
             continue
         best = min(found, key=lambda f: found[f].ms)
         tied = [f for f in frameworks if f in found and f != best and not stats.separate(found[f], found[best])]
-        row = {**dict(zip(tables.ROW_KEYS, key)), "fastest": best,
+        row = {**dict(zip(flat.ROW_KEYS, key)), "fastest": best,
                "ms/step": tables.estimate_text(found[best]), "not shown to differ from it": ", ".join(tied),
                "columns ok": f"{len(found)} of {len(group)}"}
         if flags is not None and key in flags.index:
@@ -67,8 +68,8 @@ def best_keras3(found: dict[str, stats.Estimate], keras3: list[str]) -> str | No
 
 
 def _row_estimates(summary: pd.DataFrame):
-    for key, group in summary.groupby(tables.ROW_KEYS, sort=False):
-        yield dict(zip(tables.ROW_KEYS, key)), tables.estimates(summary, group)
+    for key, group in summary.groupby(flat.ROW_KEYS, sort=False):
+        yield dict(zip(flat.ROW_KEYS, key)), tables.estimates(summary, group)
 
 
 def _label(row: dict) -> str:
@@ -251,7 +252,7 @@ def build(config: dict, suite: str, tables_dir: Path, store: Path) -> tuple[str,
     for profile in config["profiles"]:
         summary = pd.read_csv(tables_dir / profile / "cells_summary.csv")
         summaries[profile] = summary
-        ms_table = pd.read_csv(tables_dir / profile / "ms_per_step.csv", index_col=list(range(len(tables.ROW_KEYS))))
+        ms_table = pd.read_csv(tables_dir / profile / "ms_per_step.csv", index_col=list(range(len(flat.ROW_KEYS))))
         flags = ms_table[[c for c in ("params_parity", tables.NETWORKS, tables.FLAGS, tables.EQUIVALENCE)
                           if c in ms_table.columns]]
         section(f"Headline, profile {profile}: the fastest column of each row", headline(summary, frameworks, flags),

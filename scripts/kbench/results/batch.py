@@ -1,8 +1,6 @@
 """The batch study: each row's ms/step against its batch size, per column, split into a step's fixed cost and its cost
 per example, and the published claim that a small batch makes PyTorch look slower through Python's overhead, as a
-verdict.
-
-    python -m kbench.results.batch --frameworks A,B --keras3 B --native A --out DIR CELL.json ...
+verdict (its rule: batch_study, through kbench.results.registry).
 
 The cost model, per column and row: ms/step = a + c x batch, where a is what a step costs whatever its batch
 (Python, dispatch, kernel launches, the sync) and c what each example adds. It holds while the device has room: past
@@ -25,18 +23,17 @@ Where the fastest column changes between two rungs, the table names the two rung
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from kbench import cell
-from kbench.results import stats, tables
+from kbench.contract import cell
+from kbench.plan import matrix
+from kbench.results import flat, stats, tables
+from kbench.results.context import Records, RunContext, Table
 
 ROW = ["model", "task", "precision"]
 MIN_RUNGS = 3
@@ -163,7 +160,7 @@ def study_table(summary: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
                                            else "not measured" if r.status == "ok" else "")
         rows.append(row)
     table = pd.DataFrame(rows, columns=None if rows else ROW + ["batch"])
-    # device-busy columns only where some rung measured it (a GPU with a device profiler: kbench.timing.device_busy)
+    # device-busy columns only where some rung measured it (a GPU with a device profiler: kbench.instruments.timing.device_busy)
     busy = [c for c in table.columns if c.endswith(" device busy")]
     measured = any(table[c].fillna("").str.endswith("%").any() for c in busy)
     return table if measured else table.drop(columns=busy)
@@ -302,45 +299,29 @@ def plot(summary: pd.DataFrame, fitted: dict[tuple, dict[str, Fit | None]], fram
     plt.close(fig)
 
 
-def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], native: list[str],
-          own_batch: dict[tuple, int], tolerance: float, on_gpu: bool, out_dir: Path, profile: str,
-          plots_dir: Path | None = None) -> None:
+def build(records: Records, run: RunContext) -> None:
+    out_dir, plots_dir, frameworks, profile = run.tables_dir, run.plots_dir, list(run.ladder_frameworks), run.profile
+    own_batch = {tuple(entry[:3]): int(entry[3]) for entry in run.own_batch}
     out_dir.mkdir(parents=True, exist_ok=True)
-    long = tables.long_table(results)
-    tables.write_long(long, out_dir / "batch_cells_long.csv")   # every rung's repeats, as cells_long (archive verify)
+    long = flat.long_table(list(records.ladder))
+    flat.write_long(long, out_dir / "batch_cells_long.csv")   # every rung's repeats, as cells_long (archive verify)
     summary = tables.summary_table(long)
-    fitted = fits(summary, tolerance)
-    tables.write(study_table(summary, frameworks).set_index(ROW + ["batch"]), out_dir, "batch_study", profile,
+    fitted = fits(summary, run.batch_tolerance)
+    flat.write(study_table(summary, frameworks).set_index(ROW + ["batch"]), out_dir, "batch_study", profile,
                  note=NOTE)
     fit_frame = fit_table(fitted, frameworks).set_index(ROW + ["framework"])
     readable = fit_frame[[c for c in fit_frame.columns if " " in c]]
-    tables.write(fit_frame, out_dir, "batch_fit", profile, readable=readable, note=NOTE)
-    verdicts(summary, fitted, own_batch, native, keras3, on_gpu).to_csv(out_dir / "batch_verdicts.csv", index=False)
+    flat.write(fit_frame, out_dir, "batch_fit", profile, readable=readable, note=NOTE)
+    verdicts(summary, fitted, own_batch, list(run.native), list(run.keras3), run.on_gpu).to_csv(out_dir / "batch_verdicts.csv", index=False)
     if plots_dir:
         plots_dir.mkdir(parents=True, exist_ok=True)
         plot(summary, fitted, frameworks, plots_dir)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
-    parser.add_argument("--keras3", required=True, help="the Keras 3 columns, comma-separated")
-    parser.add_argument("--native", required=True, help="the native PyTorch columns, comma-separated")
-    parser.add_argument("--own-batch", default="[]", type=json.loads,
-                        help='JSON list of [model, task, precision, batch]: each row\'s own (published) batch')
-    parser.add_argument("--tolerance", type=float, required=True)
-    parser.add_argument("--accelerator", required=True)
-    parser.add_argument("--profile", required=True)
-    parser.add_argument("--out", required=True, type=Path, help="the tables' folder")
-    parser.add_argument("--plots", type=Path, help="the plot's folder")
-    parser.add_argument("results", nargs="+")
-    args = parser.parse_args(argv)
-    own = {tuple(entry[:3]): int(entry[3]) for entry in args.own_batch}
-    build([cell.read(p) for p in args.results], tables.comma_list(args.frameworks), tables.comma_list(args.keras3),
-          tables.comma_list(args.native), own, args.tolerance, args.accelerator != "cpu", args.out, args.profile,
-          args.plots)
-    return 0
+def _planned(config: dict, suite: str) -> list[str | None]:
+    """The profiles whose runs include the suite's ladder (none where the suite has none)."""
+    return matrix.ladder_profiles(config) if config.get("batch_study") and matrix.batch_cells(config, suite) else []
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+TABLE = Table(rule="batch_study", outputs=tuple(OUTPUTS), plots=tuple(PLOTS), build=build, category="Batch study",
+              reads=("ladder",), planned=_planned)

@@ -6,16 +6,14 @@ from what the compiler says it put in, and the profiler's own overhead (profiled
 each cell. A cell whose breakdown did not close says so in place of its figures."""
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.breakdown import kinds
-from kbench.results import plots, stats, tables
+from kbench.results import flat, plots, stats
+from kbench.results.context import Records, RunContext, Table
 
 KINDS = list(kinds.KIND_NAMES)
 LONG = "time_by_kind_long.csv"
@@ -51,11 +49,11 @@ def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
     profiled steps); a cell that did not close: one line with its reason and no kind."""
     lines = []
     for result in first_breakdowns(results):
-        row, found = result.row(), result.breakdown
+        row, found = flat.row(result), result.breakdown
         step = found.get("step_ms_per_step") or found.get("window_ms_per_step")
         timed = found.get("timed_ms_per_step")
         layer_low, layer_high = share_interval(found.get("per_step"), "layer_fused")
-        key = {k: row[k] for k in tables.ROW_KEYS} | {
+        key = {k: row[k] for k in flat.ROW_KEYS} | {
             "framework": row["framework"], "profile": row["profile"], "device": found.get("device"),
             "profiler_overhead": found.get("profiler_overhead"), "ops_per_step": found.get("ops_per_step"),
             "fused_share": found.get("fused_share"), "xla_share": found.get("xla_share"),
@@ -80,7 +78,7 @@ def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
             low, high = share_interval(found.get("per_step"), kind)
             lines.append({**key, "kind": kind, "ms_per_step": value, "share": share, "share_low": low,
                           "share_high": high, "timed_ms": share * timed if share is not None and timed else None})
-    columns = [*tables.ROW_KEYS, "framework", "profile", "kind", "ms_per_step", "timed_ms", "share", "share_low",
+    columns = [*flat.ROW_KEYS, "framework", "profile", "kind", "ms_per_step", "timed_ms", "share", "share_low",
                "share_high", "device", "profiler_overhead", "ops_per_step", "fused_share", "xla_share",
                "program_share", "unrecognised_share", "layer_fused_share", "layer_fused_low",
                "layer_fused_high", "graph_fused_share", "window_ms_per_step", "step_ms_per_step", "timed_ms_per_step", "waiting_basis",
@@ -97,11 +95,11 @@ def top_ops(results: list[cell.CellResult]) -> pd.DataFrame:
     for result in first_breakdowns(results):
         if not result.breakdown.get("closes"):
             continue
-        row = result.row()          # the whole flat view: built once per cell, not once per op
-        lines += [{**{k: row[k] for k in tables.ROW_KEYS}, "framework": row["framework"], "rank": i + 1,
+        row = flat.row(result)          # the whole flat view: built once per cell, not once per op
+        lines += [{**{k: row[k] for k in flat.ROW_KEYS}, "framework": row["framework"], "rank": i + 1,
                    "op": op["name"], "kind": op.get("kind"), "ms_per_step": op["ms_per_step"], "share": op["share"]}
                   for i, op in enumerate(result.breakdown.get("top_ops") or [])]
-    return pd.DataFrame(lines, columns=[*tables.ROW_KEYS, "framework", "rank", "op", "kind", "ms_per_step", "share"])
+    return pd.DataFrame(lines, columns=[*flat.ROW_KEYS, "framework", "rank", "op", "kind", "ms_per_step", "share"])
 
 
 def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
@@ -109,10 +107,10 @@ def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFram
     share read from the compiler's programs and the profiled over timed ms/step; a cell that did not close reads
     "does not close: <why>"."""
     lines = []
-    for key, group in long.groupby([*tables.ROW_KEYS, "framework"], sort=False):
+    for key, group in long.groupby([*flat.ROW_KEYS, "framework"], sort=False):
         *row_values, framework = key
         first = group.iloc[0]
-        line = {**dict(zip(tables.ROW_KEYS, row_values)), "framework": framework}
+        line = {**dict(zip(flat.ROW_KEYS, row_values)), "framework": framework}
         if not first["closes"]:
             line.update({kinds.KIND_NAMES[k]: None for k in KINDS}, closes=f"does not close: {first['why']}")
         else:
@@ -127,7 +125,7 @@ def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFram
         return table
     order = {f: i for i, f in enumerate(frameworks)}
     table["_order"] = table["framework"].map(order)
-    return table.sort_values([*tables.ROW_KEYS, "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    return table.sort_values([*flat.ROW_KEYS, "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
 
 
 def _cell_text(entry) -> str:
@@ -167,7 +165,7 @@ def figure(long: pd.DataFrame, frameworks: list[str]):
     """One panel per row, one stacked bar per column: each kind's timed ms/step (its share of the profiled step
     times the timed ms/step), the waiting time on top; the legend in the stack's order, top first; a cell whose
     breakdown did not close is named on its empty slot."""
-    rows = list(long.groupby(tables.ROW_KEYS, sort=False))
+    rows = list(long.groupby(flat.ROW_KEYS, sort=False))
     fig, axes = plots.panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
         present = [f for f in frameworks if f in set(group["framework"])]
@@ -203,15 +201,17 @@ def figure(long: pd.DataFrame, frameworks: list[str]):
     return fig
 
 
-def build(results: list[cell.CellResult], frameworks: list[str], profile: str, out_dir: Path,
-          plots_dir: Path | None = None) -> None:
-    """The tables into out_dir, the picture into plots_dir (None: none, as an archive's check rebuilds tables only)."""
+def build(records: Records, run: RunContext) -> None:
+    """The tables, and the picture where the run has a plots folder (an archive's check rebuilds tables only). The
+    batch study's rungs are read beside the cells: the Python-overhead verdict reads them."""
+    out_dir, plots_dir, frameworks, profile = run.tables_dir, run.plots_dir, list(run.frameworks), run.profile
+    results = [*records.cells, *records.ladder]
     out_dir.mkdir(parents=True, exist_ok=True)
     long = breakdown_long(results)
     long.to_csv(out_dir / LONG, index=False)
     top_ops(results).to_csv(out_dir / TOP, index=False)
     table = time_by_kind_table(long, frameworks)
-    tables.write(table.set_index([*tables.ROW_KEYS, "framework"]) if not table.empty else table, out_dir,
+    flat.write(table.set_index([*flat.ROW_KEYS, "framework"]) if not table.empty else table, out_dir,
                  "time_by_kind", profile, note=NOTE)
     if plots_dir is None:
         return
@@ -223,19 +223,9 @@ def build(results: list[cell.CellResult], frameworks: list[str], profile: str, o
     plots.plt.close(fig)
 
 
-OUTPUTS = [f"time_by_kind.{fmt}" for fmt in tables.FORMATS] + [LONG, TOP]
+OUTPUTS = [f"time_by_kind.{fmt}" for fmt in flat.FORMATS] + [LONG, TOP]
 PLOTS = ["time_by_kind.png", "time_by_kind.svg"]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    tables.profile_arguments(parser)
-    parser.add_argument("results", nargs="+")
-    args = parser.parse_args(argv)
-    build([cell.read(path) for path in args.results], tables.comma_list(args.frameworks), args.profile, args.out,
-          args.plots)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+TABLE = Table(rule="time_by_kind", outputs=tuple(OUTPUTS), plots=tuple(PLOTS), build=build, category="Time by kind",
+              reads=("cells", "ladder"))

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kbench import cell
+from kbench.contract import cell
+from kbench.contract.spec import JobSpec
 from kbench.plan import matrix
 from kbench.plan.matrix import matches
 
@@ -39,7 +40,7 @@ def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = (),
     rows = []
     for job in jobs:
         spec, report = job.spec, job.equivalence or {}
-        base = {"model": spec["model"], "framework": spec["framework"], "reference column": bool(
+        base = {"model": spec.model, "framework": spec.framework, "reference column": bool(
             report.get("reference"))}
         if job.status != "ok":
             rows.append({**base, "task": "", "precision": "", "variant": "", "verdict": job.text()})
@@ -55,8 +56,8 @@ def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = (),
                 compared = found.get("compared") or {}
                 tokens = compared.get("tokens", {})
                 loaded = found.get("loaded") or {}
-                difference = [d["what"] for d in differences if matches(d.get("model"), spec["model"])
-                              and matches(d.get("task"), entry["task"]) and matches(d.get("framework"), spec["framework"])]
+                difference = [d["what"] for d in differences if matches(d.get("model"), spec.model)
+                              and matches(d.get("task"), entry["task"]) and matches(d.get("framework"), spec.framework)]
                 row.update(
                     against=found.get("against", "(the reference)"), rel=found.get("rel"),
                     max_abs=max((v.get("max_abs", 0.0) for v in compared.values()), default=None),
@@ -74,13 +75,13 @@ def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = (),
     return pd.DataFrame(rows)
 
 
-def kept_departures(departures: list[dict], spec: dict, task: str) -> list[str]:
+def kept_departures(departures: list[dict], spec: JobSpec, task: str) -> list[str]:
     """The departures that change what a column computes (config departures, changes_outputs; TF32 on a GPU only),
     kept by the job's profile and applying to its column: why it may differ from the reference."""
-    where = ("everywhere",) + (("on a GPU",) if spec.get("accelerator", "cpu") != "cpu" else ())
-    return [f"departure {d['id']} ({d['what']}, kept by the {spec.get('profile')} profile)" for d in departures
-            if d.get("changes_outputs") in where and spec.get("profile") in d.get("kept_by", [])
-            and any(matrix.applies(rule, spec["framework"], spec["model"], task) for rule in d.get("applies", []))]
+    where = ("everywhere",) + (("on a GPU",) if (spec.accelerator or "cpu") != "cpu" else ())
+    return [f"departure {d['id']} ({d['what']}, kept by the {spec.profile} profile)" for d in departures
+            if d.get("changes_outputs") in where and spec.profile in d.get("kept_by", [])
+            and any(matrix.applies(rule, spec.framework, spec.model, task) for rule in d.get("applies", []))]
 
 
 def _names(names: list[str]) -> str:

@@ -1,21 +1,16 @@
 """The run's facts page for the report: suite, host, the devices the cells saw, and the image (or venv) of every
-stack with its ID and lock digest.
-
-    python -m kbench.results.facts --suite S --out run_facts.html --environments RECORD... --cells CELL.json...
-"""
+stack with its ID and lock digest."""
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell, records
+from kbench.contract import cell
+from kbench.results.context import Records, RunContext, Table
 
 
 def host_facts() -> dict:
@@ -30,10 +25,11 @@ def host_facts() -> dict:
     return facts
 
 
-def facts(suite: str, environment_records: list[str], cell_paths: list[str], out: Path) -> None:
-    results = [cell.read(p) for p in cell_paths]
+def build(records: Records, run: RunContext) -> None:
+    """Every cell of the suite, and the environment records of the stacks they ran in."""
+    suite, results, out = run.suite, list(records.cells), run.tables_dir / OUTPUT
     environments = pd.DataFrame([{k: r.get(k) for k in ("stack", "kind", "image", "id", "lock_sha256", "prefix")}
-                                 for r in map(records.read, environment_records)])
+                                 for r in records.environments])
     host = host_facts()
     devices = sorted({r.provenance.get("device") for r in results if r.provenance.get("device")})
     commits = sorted({r.provenance.get("git_commit") for r in results if r.provenance.get("git_commit")})
@@ -50,16 +46,6 @@ def facts(suite: str, environment_records: list[str], cell_paths: list[str], out
                    + "\n</body></html>\n")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--environments", nargs="*", default=[])
-    parser.add_argument("--cells", nargs="*", default=[])
-    args = parser.parse_args(argv)
-    facts(args.suite, args.environments, args.cells, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+OUTPUT = "run_facts.html"
+TABLE = Table(rule="run_facts", outputs=(OUTPUT,), build=build, category="Run", reads=("cells", "environments"),
+              per_profile=False, rebuilt=False)      # the host's facts: not the records'

@@ -1,34 +1,32 @@
 """Time to the first useful step, side by side: per row and column, the cold run (its first repeat, an empty compile
 cache) and its warm twin (a fresh process whose framework's persistent cache the cold run filled,
-kbench.compile_cache), each in its parts (the framework's import, the model's build, the first step with what the
+kbench.instruments.compile_cache), each in its parts (the framework's import, the model's build, the first step with what the
 framework reports of it), the programs it compiled, graph breaks, recompiles, cache hits, the step at which ms/step
-enters its steady band (kbench.timing.steady_step), and the steps a compiled column takes to pay its compile back
+enters its steady band (kbench.instruments.timing.steady_step), and the steps a compiled column takes to pay its compile back
 against the eager column of its framework. A warm twin whose timed window differs from its cold run's beyond both
 intervals is flagged: the cache changed the program (an autotuner's other choice), not only its start.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell, compile_cache, timing
-from kbench.results import plots, stats, tables
+from kbench.contract import cell
+from kbench.instruments import compile_cache, timing
+from kbench.results import flat, plots, stats
+from kbench.results.context import Records, RunContext, Table
 
-TABLE = "first_step"
+NAME = "first_step"
 LONG = "first_step_long.csv"
-OUTPUTS = [f"{TABLE}.{fmt}" for fmt in tables.FORMATS] + [LONG]
-PLOTS = [f"{TABLE}.{fmt}" for fmt in plots.FORMATS]
+OUTPUTS = [f"{NAME}.{fmt}" for fmt in flat.FORMATS] + [LONG]
+PLOTS = [f"{NAME}.{fmt}" for fmt in plots.FORMATS]
 WARM_DIFFERS = "warm window differs"
 PART_NAMES = {"trace_s": "trace", "lower_s": "lower", "compile_s": "compile", "backend_s": "backend"}
 
 
 def window_estimate(result: cell.CellResult) -> stats.Estimate:
-    row = result.row()
+    row = flat.row(result)
     return stats.estimate([row["mean_ms"]], [row["block_means"]])
 
 
@@ -42,14 +40,14 @@ def warm_differs(cold: cell.CellResult, warm: cell.CellResult, by: float) -> boo
 
 def line(result: cell.CellResult, state: str, band: float) -> dict:
     """One run's time to its first step, in its parts, and where it became steady."""
-    row, found, timing_ = result.row(), result.first_step or {}, result.timing or {}
+    row, found, timing_ = flat.row(result), result.first_step or {}, result.timing or {}
     parts = found.get("parts") or {}
     cache = found.get("cache") or {}
     first_s = (row["first_step_ms"] or 0) / 1e3
     before = [found.get("import_s"), found.get("build_s")]
     steady = timing.steady_step(timing_.get("warmup_ms") or [], timing_.get("block_ms") or [],
                                 timing_.get("block_steps") or [], band)
-    return {**{k: row[k] for k in tables.ROW_KEYS}, "framework": row["framework"], "state": state,
+    return {**{k: row[k] for k in flat.ROW_KEYS}, "framework": row["framework"], "state": state,
             "status": result.status,
             "to_first_step_s": first_s + sum(before) if None not in before and result.status == "ok" else None,
             "import_s": found.get("import_s"), "build_s": found.get("build_s"),
@@ -89,7 +87,7 @@ def first_step_long(cold: list[cell.CellResult], warm: list[cell.CellResult], ba
         lines.append(entry)
     long = pd.DataFrame(lines)
     if long.empty:                  # the columns still, so a reader of an empty table finds them
-        return pd.DataFrame(columns=[*tables.ROW_KEYS, "framework", "state", "status", "to_first_step_s",
+        return pd.DataFrame(columns=[*flat.ROW_KEYS, "framework", "state", "status", "to_first_step_s",
                                      WARM_DIFFERS, "pays_back_after_steps"])
     long[WARM_DIFFERS] = long.get(WARM_DIFFERS, pd.Series(False, index=long.index)).fillna(False).astype(bool)
     long["pays_back_after_steps"] = [payback(long, entry, eager_twin) for _, entry in long.iterrows()]
@@ -104,7 +102,7 @@ def payback(long: pd.DataFrame, entry, eager_twin: dict[str, str]) -> str | None
     if not eager or entry["status"] != "ok":
         return None
     same = long[(long.framework == eager) & (long.status == "ok")
-                & (long[tables.ROW_KEYS] == entry[tables.ROW_KEYS]).all(axis=1)]
+                & (long[flat.ROW_KEYS] == entry[flat.ROW_KEYS]).all(axis=1)]
     other = same[same.state == "cold"]           # the eager column never compiles: its cold run is its only run
     if other.empty or pd.isna(entry["to_first_step_s"]) or pd.isna(other.iloc[0]["to_first_step_s"]):
         return None
@@ -169,9 +167,9 @@ def cache_missed(entry) -> str | None:
 def wide(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     """Row x column: "cold ... | warm ..." per cell."""
     if long.empty:
-        return pd.DataFrame(columns=[*tables.ROW_KEYS, *frameworks]).set_index(tables.ROW_KEYS)
+        return pd.DataFrame(columns=[*flat.ROW_KEYS, *frameworks]).set_index(flat.ROW_KEYS)
     texts = {}
-    for keys, group in long.groupby([*tables.ROW_KEYS, "framework"], sort=False):
+    for keys, group in long.groupby([*flat.ROW_KEYS, "framework"], sort=False):
         key, framework = tuple(keys[:-1]), keys[-1]
         by_state = {entry["state"]: cell_text(entry) for _, entry in group.iterrows()}
         shown = [f"{state} {by_state[state]}" for state in ("cold", "warm") if state in by_state]
@@ -179,7 +177,7 @@ def wide(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
         if not why.empty:      # a framework without a persistent cache: no warm twin
             shown.append(f"warm n/a: {why.iloc[0]}")
         texts.setdefault(key, {})[framework] = " | ".join(shown)
-    index = pd.MultiIndex.from_tuples(list(texts), names=tables.ROW_KEYS)
+    index = pd.MultiIndex.from_tuples(list(texts), names=flat.ROW_KEYS)
     present = [f for f in frameworks if any(f in row for row in texts.values())]
     return pd.DataFrame([[texts[k].get(f, "") for f in present] for k in texts], index=index, columns=present)
 
@@ -203,37 +201,28 @@ def plot(long: pd.DataFrame, frameworks: list[str]):
                               series=("state", {"cold": "o", "warm": "D"}), scale=1e3)
 
 
-def build(cold: list[cell.CellResult], warm: list[cell.CellResult], frameworks: list[str], profile: str,
-          out_dir: Path, plots_dir: Path | None, band: float, eager_twin: dict[str, str],
-          differs_by: float) -> pd.DataFrame:
-    """The tables into out_dir, the plot into plots_dir (None: no plot; an archive's check rebuilds the tables)."""
+def build(records: Records, run: RunContext) -> pd.DataFrame:
+    """The tables, and the plot where the run has a plots folder (an archive's check rebuilds the tables only)."""
+    out_dir, plots_dir, frameworks, profile, settings = (run.tables_dir, run.plots_dir, list(run.frameworks),
+                                                         run.profile, run.first_step)
     out_dir.mkdir(parents=True, exist_ok=True)
-    long = first_step_long(cold, warm, band, eager_twin, differs_by)
+    long = first_step_long(list(records.cells), list(records.warm), settings["steady_band"], settings["eager_twin"],
+                           settings["warm_differs_by"])
     long.to_csv(out_dir / LONG, index=False)
-    tables.write(wide(long, frameworks), out_dir, TABLE, profile, note=NOTE)
+    flat.write(wide(long, frameworks), out_dir, NAME, profile, note=NOTE)
     if plots_dir is not None:
         plots_dir.mkdir(parents=True, exist_ok=True)
         figure = plot(long, frameworks)
         for fmt in plots.FORMATS:
             # fixed metadata: the same records give byte-identical files
-            figure.savefig(plots_dir / f"{TABLE}.{fmt}", dpi=110,
+            figure.savefig(plots_dir / f"{NAME}.{fmt}", dpi=110,
                            metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
     return long
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    tables.profile_arguments(parser)
-    parser.add_argument("--steady-band", type=float, required=True)
-    parser.add_argument("--eager-twin", type=json.loads, required=True, help="JSON {compiled column: eager column}")
-    parser.add_argument("--warm-differs-by", type=float, required=True)
-    parser.add_argument("--warm", action="append", default=[], help="a warm twin's record (once per record)")
-    parser.add_argument("results", nargs="+", help="the cells' records (every repeat)")
-    args = parser.parse_args(argv)
-    build([cell.read(p) for p in args.results], [cell.read(p) for p in args.warm], tables.comma_list(args.frameworks),
-          args.profile, args.out, args.plots, args.steady_band, args.eager_twin, args.warm_differs_by)
-    return 0
+def _planned(config: dict, suite: str) -> list[str | None]:
+    return list(config["profiles"]) if "first_step" in config else []    # a run before the first-step study: none
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+TABLE = Table(rule="first_step", outputs=tuple(OUTPUTS), plots=tuple(PLOTS), build=build, category="First step",
+              reads=("cells", "warm"), planned=_planned)

@@ -5,7 +5,7 @@ module is the one that asks them. Pure Python (no framework import), so any adap
     per_step(spec) -> int              FLOPs of one step of the cell (its batch, its task)
     breakdown(spec) -> {part: FLOPs}   named parts that add up to per_step(spec)
 
-`spec` is a kbench.spec.CellSpec, or a StepShape (what a step computes: model, task, batch_size, arch, inputs,
+`spec` is a kbench.contract.spec.CellSpec, or a StepShape (what a step computes: model, task, batch_size, arch, inputs,
 task_options, adapter).
 
 Convention: FLOPs = 2 x multiply-accumulates (MACs) of matrix products, einsums, convolutions (transposed ones too)
@@ -43,6 +43,7 @@ fixed-length cache.
 """
 from __future__ import annotations
 
+from kbench.contract.spec import CellSpec, StepShape
 from kbench.models import family
 from kbench.models.tally import CONV, MATMUL, Tally, linear  # noqa: F401  (linear: the primitive tests count with)
 
@@ -56,7 +57,7 @@ def _tally(spec) -> Tally:
     return tally
 
 
-def breakdown(spec: dict) -> dict[str, int]:
+def breakdown(spec: CellSpec | StepShape) -> dict[str, int]:
     """FLOPs of one step of the cell by named part (forward parts, then "backward: <part>" in a fit); the values add
     up to per_step(spec)."""
     return _tally(spec).result()
@@ -66,7 +67,7 @@ def known(model: str, task: str) -> bool:
     return family.known(model, task)
 
 
-def by_kind(spec: dict) -> dict[str, int]:
+def by_kind(spec: CellSpec | StepShape) -> dict[str, int]:
     """FLOPs of one step split by what runs them on a GPU: {"matmul": ..., "convolution": ...} (kbench.gpu.peaks takes
     each at the peak of its own arithmetic)."""
     tally = _tally(spec)
@@ -76,6 +77,6 @@ def by_kind(spec: dict) -> dict[str, int]:
     return totals
 
 
-def per_step(spec: dict) -> int:
+def per_step(spec: CellSpec | StepShape) -> int:
     """FLOPs of one benchmark step of the cell: its batch, its task (see the module docstring for the convention)."""
     return sum(breakdown(spec).values())

@@ -9,9 +9,7 @@ speedup     : the best Keras 3 backend's speedup over each framework per row, in
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -20,7 +18,8 @@ matplotlib.use("Agg")      # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from kbench.results import stats, tables  # noqa: E402
+from kbench.results import flat, stats, tables  # noqa: E402
+from kbench.results.context import Records, RunContext, Table  # noqa: E402
 
 PLOTS = ("ms_per_step", "speedup")     # first_step: kbench.results.first_step_tables
 FORMATS = ("png", "svg")
@@ -43,7 +42,7 @@ def bars_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
                  interval: bool = False):
     """One panel per table row, one bar per framework; a cell without a value gets its status written in.
     interval: error bars from the cell's 95% interval (ci_low_ms .. ci_high_ms)."""
-    rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
+    rows = list(summary.groupby(flat.ROW_KEYS, sort=False))
     parity, networks = tables.parity_flags(summary), tables.network_flags(summary)
     fig, axes = panels(max(len(rows), 1))
     for ax, (key, group) in zip(axes, rows):
@@ -89,7 +88,7 @@ def dots_per_row(summary: pd.DataFrame, frameworks: list[str], value: str, ylabe
     a bar's length depends on where the axis happens to start, so a bar would mislead; a dot's height and the number
     do not. A cell without a value gets its status written in. series: (column, {its value: marker}), several dots
     per framework side by side (cold and warm), named in a legend; scale: the values' unit in ms (1e3: seconds)."""
-    rows = list(summary.groupby(tables.ROW_KEYS, sort=False))
+    rows = list(summary.groupby(flat.ROW_KEYS, sort=False))
     column, markers = series or (None, {None: "o"})
     offsets = {name: (i - (len(markers) - 1) / 2) * 0.3 for i, name in enumerate(markers)}
     fig, axes = panels(max(len(rows), 1))
@@ -184,9 +183,11 @@ def speedup_chart(summary: pd.DataFrame, frameworks: list[str], keras3: list[str
     return fig
 
 
-def build(cells_summary: Path, frameworks: list[str], keras3: list[str], out_dir: Path) -> list[Path]:
+def build(records: Records, run: RunContext) -> list[Path]:
+    """From the profile's cells' summary (kbench.results.tables' cells_summary.csv)."""
+    out_dir, frameworks, keras3 = run.plots_dir, list(run.frameworks), list(run.keras3)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = pd.read_csv(cells_summary)
+    summary = pd.read_csv(run.tables_dir / "cells_summary.csv")
     figures = {
         "ms_per_step": bars_per_row(summary, frameworks, "estimate_ms", "ms/step (95% interval)", interval=True),
         "speedup": speedup_chart(summary, frameworks, keras3),
@@ -202,16 +203,5 @@ def build(cells_summary: Path, frameworks: list[str], keras3: list[str], out_dir
     return written
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", required=True)
-    parser.add_argument("--keras3", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("cells_summary", type=Path)
-    args = parser.parse_args(argv)
-    build(args.cells_summary, tables.comma_list(args.frameworks), tables.comma_list(args.keras3), args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+TABLE = Table(rule="plots", outputs=(), plots=tuple(f"{name}.{fmt}" for name in PLOTS for fmt in FORMATS), build=build,
+              category="Plots", reads_tables=lambda run: [(None, "cells_summary.csv")], rebuilt=False)

@@ -11,7 +11,7 @@ allocator and autotuner choices redrawn) and yields one exact mean, window / tim
   is wide (t = 4.30); a bootstrap over 3 values cannot reach 95%: its widest interval is their range, which holds the
   true value with probability 1 - 2 * 0.5^3 = 75% (tests/test_stats.py measures both coverages).
 - 1 repeat ("blocks", marked * in the tables): within-run only, t over the mean ms/step of the run's synced blocks
-  (kbench.timing: the window split into blocks that each end in a device sync). It cannot see run-to-run spread: on
+  (kbench.instruments.timing: the window split into blocks that each end in a device sync). It cannot see run-to-run spread: on
   the project's synthetic model it holds a fresh process's true ms/step far less often than 95%. A record without
   synced blocks gets no interval ("none"): the step times of a step that returns device arrays are its dispatch
   cadence, and an interval from them means nothing.
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 
 def _scipy_stats():
-    """scipy.stats, imported where a statistic needs it: the Snakefile imports this module through kbench.results.tables at
-    every start, and scipy costs about 1.5 s of CPU to import."""
+    """scipy.stats, imported where a statistic needs it: the Snakefile imports this module through kbench.results.registry
+    at every start, and scipy costs about 1.5 s of CPU to import."""
     from scipy import stats
     return stats
 

@@ -26,29 +26,27 @@ equivalence, equivalence_long : the equivalence check's tables (kbench.results.e
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from kbench.spec import StepShape
-from kbench import cell
+from kbench.contract.spec import StepShape
+from kbench.contract import cell
 from kbench.gpu import peaks
 from kbench.models import family
 from kbench.plan import departures
 from kbench.results import equivalence_tables, flops, stats
+from kbench.results.context import Records, RunContext, Table
+from kbench.results.flat import (FORMATS, ROW_KEYS, STUDY_KEYS, long_table, markdown, sections_markdown, write,
+                                 write_long)
 from kbench.results.equivalence_tables import EQUIVALENCE
-from kbench.precision import baselines as precision_baselines, label as precision_table_label
+from kbench.contract.precision import baselines as precision_baselines, label as precision_table_label
 
-ROW_KEYS = ["model", "task", "batch_size", "precision"]
-STUDY_KEYS = ["model", "task", "batch_size"]
 PARITY_TOLERANCE = 0.01
 # The tables build() writes, each as CSV, Markdown and HTML, and the two long tables (CSV only): the rules' outputs.
 TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory", "energy",
           "equivalence")
-FORMATS = ("csv", "md", "html")
 OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv",
                                                                       "equivalence_long.csv"]
 UNREPRODUCED = "anchor settings not reproduced"
@@ -57,18 +55,7 @@ NETWORKS = "networks differ"
 FLAGS = "cell flags"
 
 
-def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
-    """One row per repeat of each cell (CellResult.row), in the order given: the config's order of cells."""
-    return pd.DataFrame([result.row() for result in results])
-
-
 # ---------------------------------------------------------------- one row per cell
-
-def write_long(long: pd.DataFrame, path: Path) -> None:
-    """The long table as CSV: every repeat's flat fields, without the lists and specs a CSV cannot hold."""
-    long.drop(columns=["step_ms", "block_means", "arch", "inputs", "task_options", "precision_switches"]).to_csv(
-        path, index=False)
-
 
 def summary_table(long: pd.DataFrame) -> pd.DataFrame:
     """One row per cell: its repeats reduced to an estimate, a 95% interval and the figures derived from them."""
@@ -502,21 +489,6 @@ def _study_rows(study: pd.DataFrame, frameworks: list[str]) -> pd.MultiIndex:
 
 # ---------------------------------------------------------------- files
 
-def sections_markdown(table: pd.DataFrame) -> str:
-    """One Markdown table per model/task/batch, frameworks as rows (the study's reading order)."""
-    parts = []
-    for (model, task, batch), section in table.groupby(level=STUDY_KEYS, sort=False):
-        parts.append(f"### {model} {task}, batch {batch}\n\n"
-                     + markdown(section.droplevel(STUDY_KEYS)))
-    return "\n".join(parts) or "(no model/task ran the baseline and another precision)\n"
-
-
-def markdown(table: pd.DataFrame) -> str:
-    """A Markdown table with empty cells where a value is missing (no ratio, no claim), not "nan"."""
-    flat = table.reset_index()
-    return flat.astype(object).where(flat.notna(), "").to_markdown(index=False) + "\n"
-
-
 NOTE = ("\nms/step: the mean of the repeats' means ± the half-width of its 95% interval (Student's t over the "
         f"repeats; {stats.ONE_RUN}: one repeat, t over its synced blocks, within-run only: it cannot see run-to-run "
         "spread). Verdicts: the % where two intervals do not overlap; \"not shown to differ\" where they do, which "
@@ -527,28 +499,16 @@ NOTE = ("\nms/step: the mean of the repeats' means ± the half-width of its 95% 
         "q < 0.05; about 50% power in the same case).\n")
 
 
-def write(table: pd.DataFrame, out_dir: Path, name: str, profile: str, by_section: bool = False,
-          readable: pd.DataFrame | None = None, note: str = "") -> None:
-    """CSV for programs, Markdown for reading, HTML for the Snakemake report (from `readable` where given); the
-    profile heads the readable ones."""
-    table.to_csv(out_dir / f"{name}.csv")
-    shown = table if readable is None else readable
-    text = sections_markdown(shown) if by_section else markdown(shown)
-    (out_dir / f"{name}.md").write_text(f"## {name}, profile {profile}\n\n{text}{note}")
-    (out_dir / f"{name}.html").write_text(f"<html><body><h2>{name}, profile {profile}</h2>\n"
-                                          + shown.to_html(na_rep="", border=0) + f"\n<p>{note}</p>\n</body></html>\n")
-
-
-def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[str], out_dir: Path,
-          profile: str, baseline: str = "float32", claims: list[dict] = (), unreproduced: list[dict] = (),
-          equivalence: list[cell.CellResult] = (), differences: list[dict] = (),
-          departures: list[dict] = ()) -> None:
+def build(records: Records, run: RunContext) -> None:
+    out_dir, profile, frameworks, keras3 = run.tables_dir, run.profile, list(run.frameworks), list(run.keras3)
+    baseline, unreproduced = run.precision_baseline, list(run.unreproduced)
     out_dir.mkdir(parents=True, exist_ok=True)
-    long = long_table(results)
+    long = long_table(list(records.cells))
     write_long(long, out_dir / "cells_long.csv")
     summary = summary_table(long)
     summary.to_csv(out_dir / "cells_summary.csv", index=False)
-    checked = equivalence_tables.equivalence_long(list(equivalence), list(differences), list(departures))
+    checked = equivalence_tables.equivalence_long(list(records.equivalence), list(run.differences),
+                                                  list(run.departures))
     flags = equivalence_tables.equivalence_flags(checked)
     write(ms_per_step_table(summary, frameworks, unreproduced, equivalence=flags), out_dir, "ms_per_step", profile,
           readable=ms_per_step_table(summary, frameworks, unreproduced, readable=True, equivalence=flags),
@@ -560,7 +520,7 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
     write(params_table(summary, frameworks), out_dir, "params", profile)
     write(precision_table(summary, frameworks, baseline), out_dir, "precision", profile, by_section=True)
     costs = equivalence_tables.accuracy_costs(checked)
-    write(precision_speedup_table(summary, frameworks, baseline, list(claims), costs), out_dir, "precision_speedup",
+    write(precision_speedup_table(summary, frameworks, baseline, list(run.precision_claims), costs), out_dir, "precision_speedup",
           profile, by_section=True)
     write(throughput_table(summary), out_dir, "throughput", profile,
           note="\nexamples/s: batch elements per second (\"one example is\" says what one is: for SD predict a latent "
@@ -580,44 +540,4 @@ def build(results: list[cell.CellResult], frameworks: list[str], keras3: list[st
                "(thermal, hardware slowdown, power brake), which also flag the cell's number (†) in ms_per_step.\n")
 
 
-def profile_arguments(parser) -> None:
-    """The arguments of a module that writes one profile's tables and plots: the column order, the profile, where the
-    tables and the plots go."""
-    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
-    parser.add_argument("--profile", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--plots", required=True, type=Path)
-
-
-def comma_list(text: str) -> list[str]:
-    return [name for name in text.split(",") if name]     # "" (no Keras 3 column selected) -> []
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", required=True, help="column order, comma-separated")
-    parser.add_argument("--keras3", required=True, help="the Keras 3 columns, comma-separated")
-    parser.add_argument("--baseline", default="float32", help="the precision the study compares against")
-    parser.add_argument("--claims", default="[]", type=json.loads,
-                        help='JSON list of {"model", "task", "speedup", "quote"} (config precision_study.claims)')
-    parser.add_argument("--profile", required=True)
-    parser.add_argument("--unreproduced", default="[]", type=json.loads,
-                        help="JSON list of the departures no profile keeps (kbench.plan.departures.unreproduced)")
-    parser.add_argument("--equivalence", nargs="*", default=[], help="the equivalence jobs' JSONs of the profile")
-    parser.add_argument("--differences", default="[]", type=json.loads,
-                        help="JSON list of config equivalence.differences")
-    parser.add_argument("--departures", default="[]", type=json.loads,
-                        help="JSON list of config departures (an equivalence row that differs names the one its "
-                             "profile keeps)")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("results", nargs="+")
-    args = parser.parse_args(argv)
-    build([cell.read(p) for p in args.results], comma_list(args.frameworks), comma_list(args.keras3), args.out,
-          args.profile, args.baseline, args.claims, args.unreproduced, [cell.read(p) for p in args.equivalence],
-          args.differences, args.departures)
-    return 0
-
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+TABLE = Table(rule="tables", outputs=tuple(OUTPUTS), build=build, category="Tables", reads=("cells", "equivalence"))

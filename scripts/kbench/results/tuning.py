@@ -1,9 +1,6 @@
 """What each framework gains from its own documented tuning: the tuned profile against strict, per cell and per column,
 and the published finding that Keras 3 is best out of the box while native PyTorch needs its user's tuning, as a
-verdict per row.
-
-    python -m kbench.results.tuning --strict DIR --tuned DIR --frameworks A,B --keras3 B --native A \
-        --accelerator cpu --out DIR --plots DIR
+verdict per row (its rule: tuning_gain, through kbench.results.registry).
 
 - The gain of a cell: strict ms/step / tuned ms/step (above 1: tuning made it faster), its interval the ratio of the
   two 95% intervals' far ends (strict low / tuned high .. strict high / tuned low): wide, and conservative.
@@ -19,17 +16,17 @@ verdict per row.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from kbench.results import stats, tables
+from kbench.plan import matrix
+from kbench.results import flat, stats, tables
+from kbench.results.context import Records, RunContext, Table
 
-KEYS = tables.ROW_KEYS + ["framework"]
+KEYS = flat.ROW_KEYS + ["framework"]
 HOLDS, FAILS, NOT_SHOWN, NOT_MEASURED = "holds", "does not hold", "not shown", "not measured"
 NOT_TUNING = "outputs not shown equivalent: not tuning"
 # A column no tuning setting applies to runs its strict cells again: its "gain" is the run-to-run variation of the
@@ -113,7 +110,7 @@ def verdicts(strict: pd.DataFrame, tuned: pd.DataFrame, keras3: list[str], nativ
              on_gpu: bool) -> pd.DataFrame:
     before, after = _ok(strict), _ok(tuned)
     rows = []
-    for row in dict.fromkeys(tuple(r) for r in strict[tables.ROW_KEYS].itertuples(index=False)):
+    for row in dict.fromkeys(tuple(r) for r in strict[flat.ROW_KEYS].itertuples(index=False)):
         keras_strict = {f: before[row + (f,)] for f in keras3 if row + (f,) in before}
         native_tuned = {f: after[row + (f,)] for f in native if row + (f,) in after and row + (f,) in before}
         best_keras = min(keras_strict, key=lambda f: keras_strict[f].ms) if keras_strict else None
@@ -126,11 +123,11 @@ def verdicts(strict: pd.DataFrame, tuned: pd.DataFrame, keras3: list[str], nativ
                     f"{best_keras} strict {tables.estimate_text(keras_strict[best_keras])} ms vs {best_native} tuned "
                     f"{tables.estimate_text(native_tuned[best_native])} ms; gains {best_native} "
                     f"{native_gain[0]:.2f}x, {best_keras} {keras_gain[0]:.2f}x")
-        rows.append({**dict(zip(tables.ROW_KEYS, row)), "best Keras 3 (strict)": best_keras,
+        rows.append({**dict(zip(flat.ROW_KEYS, row)), "best Keras 3 (strict)": best_keras,
                      "best native (tuned)": best_native,
                      "verdict": said if on_gpu or said == NOT_MEASURED else f"{said} (CPU: the pipeline's check)",
                      "rests on": rests_on})
-    return pd.DataFrame(rows, columns=tables.ROW_KEYS + ["best Keras 3 (strict)", "best native (tuned)", "verdict",
+    return pd.DataFrame(rows, columns=flat.ROW_KEYS + ["best Keras 3 (strict)", "best native (tuned)", "verdict",
                                                          "rests on"])
 
 
@@ -141,7 +138,7 @@ def equivalence_flags(ms_per_step: Path) -> dict[tuple, str]:
     table = pd.read_csv(ms_per_step)
     if tables.EQUIVALENCE not in table.columns:
         return {}
-    return {tuple(r[k] for k in tables.ROW_KEYS): r[tables.EQUIVALENCE] for _, r in table.iterrows()
+    return {tuple(r[k] for k in flat.ROW_KEYS): r[tables.EQUIVALENCE] for _, r in table.iterrows()
             if isinstance(r[tables.EQUIVALENCE], str) and r[tables.EQUIVALENCE]}
 
 
@@ -151,7 +148,7 @@ def plot(gains: pd.DataFrame, frameworks: list[str], out_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{r.model} {r.task} bs{r.batch_size} {r.precision}" for r in
-              gains[tables.ROW_KEYS].drop_duplicates().itertuples()]
+              gains[flat.ROW_KEYS].drop_duplicates().itertuples()]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels) + 2), 3.6))
     present = [f for f in frameworks if f in set(gains.framework)]
     width = 0.8 / max(len(present), 1)
@@ -178,38 +175,31 @@ NOTE = ("\nThe tuning gain: strict ms/step / tuned ms/step (above 1: tuning made
         "that changes what the model computes is not tuning. See docs/profiles.md.\n")
 
 
-def build(strict_dir: Path, tuned_dir: Path, frameworks: list[str], keras3: list[str], native: list[str],
-          on_gpu: bool, out_dir: Path, plots_dir: Path | None = None,
-          applied: dict[str, list[str]] | None = None) -> None:
+def build(records: Records, run: RunContext) -> None:
+    """strict against tuned, from the two profiles' tables (the cells' summaries and ms/step's equivalence flags)."""
+    strict_dir, tuned_dir, out_dir, plots_dir = (run.tables_of("strict"), run.tables_of(run.tuned_profile),
+                                                 run.tables_dir, run.plots_dir)
+    frameworks, applied = list(run.frameworks), run.tuning_applied
     out_dir.mkdir(parents=True, exist_ok=True)
     strict = pd.read_csv(strict_dir / "cells_summary.csv")
     tuned = pd.read_csv(tuned_dir / "cells_summary.csv")
     gains = gain_table(strict, tuned, equivalence_flags(tuned_dir / "ms_per_step.csv"), applied)
-    tables.write(gains.set_index(KEYS), out_dir, "tuning_gain", "tuned against strict", note=NOTE)
+    flat.write(gains.set_index(KEYS), out_dir, "tuning_gain", "tuned against strict", note=NOTE)
     column_table(gains, frameworks).to_csv(out_dir / "tuning_columns.csv", index=False)
-    verdicts(strict, tuned, keras3, native, on_gpu).to_csv(out_dir / "tuning_verdicts.csv", index=False)
+    verdicts(strict, tuned, list(run.keras3), list(run.native), run.on_gpu).to_csv(out_dir / "tuning_verdicts.csv", index=False)
     if plots_dir:
         plots_dir.mkdir(parents=True, exist_ok=True)
         plot(gains, frameworks, plots_dir)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--strict", required=True, type=Path, help="the strict profile's tables folder")
-    parser.add_argument("--tuned", required=True, type=Path, help="the tuned profile's tables folder")
-    parser.add_argument("--frameworks", required=True)
-    parser.add_argument("--keras3", required=True)
-    parser.add_argument("--native", required=True)
-    parser.add_argument("--accelerator", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--plots", type=Path)
-    parser.add_argument("--applied", type=json.loads, default=None,
-                        help='JSON {"model/task/framework": [tuning id, ...]} (kbench.plan.matrix.tuning_ids)')
-    args = parser.parse_args(argv)
-    build(args.strict, args.tuned, tables.comma_list(args.frameworks), tables.comma_list(args.keras3),
-          tables.comma_list(args.native), args.accelerator != "cpu", args.out, args.plots, args.applied)
-    return 0
+def _planned(config: dict, suite: str) -> list[str | None]:
+    return [None] if matrix.tuned_profile(config) else []
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _reads(run: RunContext) -> list[tuple[str, str]]:
+    return [(profile, name) for profile in ("strict", run.tuned_profile)
+            for name in ("cells_summary.csv", "ms_per_step.csv")]
+
+
+TABLE = Table(rule="tuning_gain", outputs=tuple(OUTPUTS), plots=tuple(PLOTS), build=build, category="Tuning",
+              reads_tables=_reads, per_profile=False, planned=_planned)

@@ -1,4 +1,4 @@
-"""The one place that starts a cell process and sees it end, in a runtime of kbench.runtimes (host venv, preinstalled
+"""The one place that starts a cell process and sees it end, in a runtime of kbench.machine.runtimes (host venv, preinstalled
 interpreter, podman, docker or apptainer: its command line and environment are the runtime's, resolved once a cell).
 
 run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
@@ -35,10 +35,13 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from kbench import cell, compile_cache, host, records, runtimes
+from kbench.contract import cell
+from kbench.contract.spec import CellSpec, JobSpec, spec_of
+from kbench.instruments import compile_cache
+from kbench.machine import host, environment_records, runtimes
 from kbench.gpu import preflight
-from kbench.host import open_lock
-from kbench.runtimes import Options, Runtime
+from kbench.machine.host import open_lock
+from kbench.machine.runtimes import Options, Runtime
 
 REPO = host.REPO
 RESULT_NAME = cell.STAGED + ".json"
@@ -52,17 +55,17 @@ class LaunchError(Exception):
     """The cell process could not be started or supervised."""
 
 
-# ---------------------------------------------------------------- by a runtime's name (kbench.runtimes)
+# ---------------------------------------------------------------- by a runtime's name (kbench.machine.runtimes)
 
 def command(runtime: str, environment: dict, out: Path, gpu: bool = False, **options) -> list[str]:
     """argv that runs `python -m module --out OUT` (kbench.run.runner for a cell) inside `environment` (a record of
-    kbench.stacks.envs or kbench.stacks.images), the payload on its stdin. options: kbench.runtimes.Options (what
+    kbench.stacks.envs or kbench.stacks.images), the payload on its stdin. options: kbench.machine.runtimes.Options (what
     runs, the container's name, the allocation's GPUs, limits)."""
     return runtimes.resolve(runtime).command(environment, out, Options(**options), gpu)
 
 
 def process_env(runtime: str, environment: dict | None = None, gpus: list[str] | None = None) -> dict[str, str]:
-    """The environment of the process the launcher starts in `runtime` (kbench.runtimes.Runtime.process_env)."""
+    """The environment of the process the launcher starts in `runtime` (kbench.machine.runtimes.Runtime.process_env)."""
     return runtimes.resolve(runtime).process_env(environment, gpus)
 
 
@@ -123,7 +126,7 @@ def cpu_shares(devices: list[dict], sysfs: Path | None = None) -> list[list[int]
     """The CPUs of the cells side by side, one per GPU of `devices` (outside a scheduler), in their order: this
     process's CPUs handed out as whole physical cores (a core's hyperthread siblings stay in one share), the same
     number of cores to each. A share keeps to one NUMA node where the count allows: the node of its GPU's PCI device
-    where sysfs says it (kbench.host.pci_numa_node), else the nodes filled in order, one share after another. Where
+    where sysfs says it (kbench.machine.host.pci_numa_node), else the nodes filled in order, one share after another. Where
     every GPU's node is known and a node holds several GPUs (a DGX A100 in NPS4: 8 nodes, 2 GPUs on each of 4), the
     node is split between its GPUs: every share shrinks to what each such node gives each of its GPUs, rather than a
     pair's second GPU getting a whole node with no GPU on it. Where
@@ -173,7 +176,7 @@ CPUSET, CLIENT_AFFINITY, AFFINITY, NO_PINNING = "cpuset", "client affinity", "af
 
 def cpu_pinning(runtime: Runtime, cpus: list[int] | None) -> str:
     """How a process of `runtime` keeps to `cpus`: "cpuset" (the container's --cpuset-cpus; docker's daemon sets it);
-    "client affinity" (podman run by an account without the cpuset cgroup controller, kbench.host.cpuset_delegation:
+    "client affinity" (podman run by an account without the cpuset cgroup controller, kbench.machine.host.cpuset_delegation:
     --cpuset-cpus would stop the container, or on cgroup v1 be dropped with a warning, so the podman client is
     pinned instead, and conmon and the container inherit its affinity; the cell's command in the image starts under
     taskset with the same CPUs too, since runc from 1.2.7 and 1.3.1 resets an inherited affinity to the container's
@@ -200,23 +203,18 @@ def ladder_stopped(below: cell.CellResult | None) -> dict | None:
     and its error says which batch did (None: run it)."""
     if below is None or below.status != "oom":
         return None
-    return cell.error_info("LadderStopped", f"not run: batch {below.spec['batch_size']} already ran out of memory "
+    return cell.error_info("LadderStopped", f"not run: batch {below.spec.batch_size} already ran out of memory "
                                             f"({(below.error or {}).get('type')})")
 
 
-def payload(spec) -> dict:
-    """What the launcher starts, as the process gets it: a CellSpec's JSON form, or a study's job dict as it is."""
-    return spec.to_dict() if hasattr(spec, "to_dict") else spec
-
-
-def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
+def run_cell(spec: CellSpec | JobSpec | dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
              options: Options = Options()) -> cell.CellResult:
     """Run one cell (or another job: options.module, e.g. kbench.equivalence.check) in `runtime` (a name of
-    kbench.runtimes.RUNTIMES), its environment read from `environment_record`, its result written to `out` whatever
+    kbench.machine.runtimes.RUNTIMES), its environment read from `environment_record`, its result written to `out` whatever
     happens. options: what runs, the timeout, the repeat, the container's limits, the image archive a node whose
     container storage lacks the image loads it from (a cluster node), the files it reads (mounted read-only into a
     container); the process's name, GPUs, CPUs and scratch folder are set here."""
-    spec = payload(spec)
+    spec = spec_of(spec)
     out, log = Path(out), Path(log)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -226,13 +224,13 @@ def run_cell(spec, runtime: str, environment_record: str | Path, out: str | Path
                             "slurm_job_id": os.environ.get("SLURM_JOB_ID")}}
     with _exclusive(out):
         try:
-            context["environment"] = environment = records.read(environment_record)
+            context["environment"] = environment = environment_records.read(environment_record)
             resolved = runtimes.resolve(runtime)
             ensure_image(resolved, environment, options.image_archive)
             failure = _preflight(spec, resolved)
             if not failure:
                 with gpu_lease(spec, resolved, host_cpus=options.host_cpus) as lease:
-                    # what a compile cache built here is built for (kbench.compile_cache.device_key)
+                    # what a compile cache built here is built for (kbench.instruments.compile_cache.device_key)
                     context["launcher"]["device"] = compile_cache.device_key(
                         (lease.devices[0] if lease.devices else {}) if lease is not None else None)
                     if lease:        # a CPU cell keeps the scheduler's allocation as the record of its job
@@ -280,7 +278,7 @@ class Lease(list):
 
 
 @contextlib.contextmanager
-def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s: float = 0.5,
+def gpu_lease(spec: CellSpec | JobSpec | dict, runtime: Runtime, host: preflight.Host | None = None, poll_s: float = 0.5,
               host_cpus: bool = False):
     """The GPUs a GPU cell gets: a scheduler's allocation where there is one (SLURM); else one GPU of this host to
     itself, the first free one among those it may use (an exported CUDA_VISIBLE_DEVICES narrows them), under a
@@ -288,8 +286,8 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
     host_cpus: every CPU this process may use, for a job whose CPU half is measured too, which its rule runs alone).
     So cells side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no
     cell sees every GPU. Yields a Lease (the names the runtime takes: Runtime.gpu_name), None for a CPU cell."""
-    spec = payload(spec)
-    if not preflight.is_gpu(spec["accelerator"]):
+    spec = spec_of(spec)
+    if not preflight.is_gpu(spec.accelerator):
         yield None
         return
     host = host or preflight.Host()
@@ -306,7 +304,7 @@ def gpu_lease(spec, runtime: Runtime, host: preflight.Host | None = None, poll_s
                           else "a GPU cell, and nvidia-smi lists no GPU on this host")
     while True:
         for position, device in enumerate(devices):
-            # whichever account made the lock file, this one can take it (kbench.host.open_lock)
+            # whichever account made the lock file, this one can take it (kbench.machine.host.open_lock)
             fd = open_lock(lease_path(device["uuid"]))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -384,19 +382,19 @@ def _copy_whole(source: Path, target: Path) -> None:
         raise
 
 
-def _preflight(spec: dict, runtime: Runtime) -> dict | None:
+def _preflight(spec: CellSpec | JobSpec, runtime: Runtime) -> dict | None:
     """This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them."""
-    if not preflight.is_gpu(spec["accelerator"]):
+    if not preflight.is_gpu(spec.accelerator):
         return None
     if os.environ.get("SLURM_JOB_ID") and allocated_gpus() is None:
         # Without an allocation the container would get every GPU of the node, shared with other jobs' cells.
         raise LaunchError(f"SLURM job {os.environ['SLURM_JOB_ID']} has no GPU allocated; a GPU cell needs one "
                           "(profiles/slurm: set-resources cell: gpu: 1)")
-    problems = preflight.problems(runtime.name, spec["accelerator"], [spec["framework_def"]["stack"]])
+    problems = preflight.problems(runtime.name, spec.accelerator, [spec.stack])
     return cell.error_info("PreflightFailed", "; ".join(problems)) if problems else None
 
 
-def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, out: Path, log: Path,
+def _supervise(spec: CellSpec | JobSpec, runtime: Runtime, environment: dict, context: dict, out: Path, log: Path,
                options: Options) -> dict | None:
     """Start the cell, wait for it (killing it whole on timeout, on SIGTERM/SIGINT, or when the driver dies), move
     its result out of its staging folder; the failure (decoded) or None."""
@@ -410,7 +408,7 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-work-")) if runtime.workdir else None
     options = replace(options, name=name, cpuset=cpuset if pinning == CPUSET else None,
                       affinity=cpuset if pinning == CLIENT_AFFINITY else None, remove=not container, workdir=workdir)
-    argv = runtime.command(environment, staging / RESULT_NAME, options, gpu=preflight.is_gpu(spec["accelerator"]))
+    argv = runtime.command(environment, staging / RESULT_NAME, options, gpu=preflight.is_gpu(spec.accelerator))
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime.name})")
     stop = _Stop(runtime, name if container else None)
@@ -433,7 +431,7 @@ def _supervise(spec: dict, runtime: Runtime, environment: dict, context: dict, o
             stop.process = proc
             watchdog = _Watchdog(stop)
             watchdog.start()
-            proc.stdin.write(json.dumps({"spec": spec, "context": context,
+            proc.stdin.write(json.dumps({"spec": spec.to_dict(), "context": context,
                                          "files": runtime.files_as_seen(options.files)}))
             proc.stdin.close()
             try:
@@ -467,9 +465,9 @@ CACHE_NAME = compile_cache.STAGED     # in the staging folder; kept beside the r
 
 def seed_cache(staging: Path, sources: tuple | None, environment: dict, device: str | None = None) -> dict | None:
     """The compile cache folder of a run (options.cache_from): None: none; (): an empty one, cold; records of cold runs:
-    a copy of each one's kept cache that may seed this run (kbench.compile_cache.refusal: the same image and lock, the
+    a copy of each one's kept cache that may seed this run (kbench.instruments.compile_cache.refusal: the same image and lock, the
     same kind of device, a run that ended ok and kept a cache), warm where any did (a run all of whose sources were
-    refused is cold, and says why). device: this run's (kbench.compile_cache.device_key)."""
+    refused is cold, and says why). device: this run's (kbench.instruments.compile_cache.device_key)."""
     if sources is None:
         return None
     folder = staging / CACHE_NAME

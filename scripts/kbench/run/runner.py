@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kbench.spec import CellSpec
-from kbench import cell, compile_cache, numerics, timing
+from kbench.contract.spec import CellSpec
+from kbench.contract import cell
+from kbench.instruments import compile_cache, numerics, timing
 from kbench.breakdown import measure
 from kbench.gpu import nvml, preflight
 from kbench.stacks import lockcheck
@@ -101,7 +102,7 @@ def check_lock() -> dict:
 
 
 class Window:
-    """What is read just outside the timed window (kbench.timing's on_window): the framework's compile counters
+    """What is read just outside the timed window (kbench.instruments.timing's on_window): the framework's compile counters
     before and after it, and the GPU's energy, clocks, temperature and slowdowns during it (kbench.gpu.nvml)."""
 
     def __init__(self, backend):
@@ -198,7 +199,7 @@ class Progress:
     """What the cell is doing, a line each on stderr (the cell's log under results/logs/cells/): a cell that takes
     minutes is seen to move. Nothing is written inside the timed window; its line says how long it should take."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: CellSpec):
         self.spec, self.start, self.last_warmup_ms = spec, time.monotonic(), None
 
     def __call__(self, message: str) -> None:
@@ -446,7 +447,7 @@ BUSY_STEPS = 10
 
 
 def device_busy(spec: CellSpec, backend, workload, sync, window_ms_per_step: float) -> dict:
-    """The device-busy share (kbench.timing.device_busy): the device-busy time per step of a few steps profiled after
+    """The device-busy share (kbench.instruments.timing.device_busy): the device-busy time per step of a few steps profiled after
     the window (one warm profiled step first, discarded) over the window's own, unprofiled ms/step: a direct measure
     of the host's part of a step beside the batch study's fixed cost. Never fails the cell: its time is already
     measured."""

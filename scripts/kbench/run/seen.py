@@ -1,6 +1,6 @@
 """What a process the launcher started sees of its host, and nothing else: the CPUs it may run on, the GPU it was
 handed (NVML's view of its CUDA_VISIBLE_DEVICES, or of the one device a container got) and, where torch is installed,
-the UUID torch's own device properties give. The GPU check (kbench.studies.gpucheck_steps) starts it as a cell is
+the UUID torch's own device properties give. The GPU check (kbench.gpucheck.steps) starts it as a cell is
 started (`python -m kbench.run.seen --out R < payload`, kbench.run.launch.run_cell: lease, CPU share, pinning, the
 runtime's command line) and compares what it saw with what the launcher recorded it gave."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from kbench import cell
+from kbench.contract import cell
 from kbench.gpu import nvml
 
 

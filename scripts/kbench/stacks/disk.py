@@ -26,9 +26,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbench import host
+from kbench.machine import host
 from kbench.breakdown.measure import TRACE_CAP_BYTES
-from kbench.lockpaths import lock_path
+from kbench.machine.lockpaths import lock_path
 from kbench.stacks import envs, images
 
 GB = 1e9

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kbench import records
+from kbench.machine import environment_records
 from kbench.stacks import lockcheck
 
 PYTHON = "3.11"
@@ -56,7 +56,7 @@ def build(stack: str, accelerator: str, lock: Path, prefix: Path, record: Path,
                    "lock_sha256": sha256_file(lock), "prefix": str(prefix.resolve()), "python": version}
     if "paddlepaddle-gpu" in lockcheck.pinned(lock.read_text()):
         environment["library_path"] = str(cuda_links(prefix, prefix / "cuda-links").resolve())
-    records.write(record, environment)
+    environment_records.write(record, environment)
     return environment
 
 
@@ -87,7 +87,7 @@ def record_preinstalled(stack: str, accelerator: str, lock: Path, python: str, r
                    "packages_sha256": "sha256:" + hashlib.sha256(listing.encode()).hexdigest(),
                    "lock": str(lock), "lock_sha256": sha256_file(lock),
                    "drift": lockcheck.differences(lockcheck.pinned(lock.read_text()), installed)}
-    records.write(record, environment)
+    environment_records.write(record, environment)
     return environment
 
 

@@ -29,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kbench import host, records
-from kbench.lockpaths import lock_name, lock_path
-from kbench.host import REPO
+from kbench.machine import host, environment_records
+from kbench.machine.lockpaths import lock_name, lock_path
+from kbench.machine.host import REPO
 from kbench.stacks import envs
 
 RECIPE = REPO / "containers" / "Containerfile"
@@ -111,7 +111,7 @@ def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> di
     if info["changed_since_last_build"]:
         print("base: Debian packages changed since the last build (a new base ID, so every stack image and cell "
               "follows): " + "; ".join(info["changed_since_last_build"]))
-    records.write(record, info)
+    environment_records.write(record, info)
     return info
 
 
@@ -126,10 +126,10 @@ def manifest_changes(old: list[str], new: list[str]) -> list[str]:
 def _remember(history_path: Path, info: dict) -> list[str] | None:
     """Append this build to the base's history (kept beside its record: Snakemake deletes the record itself before
     a rebuild) and return how its manifest differs from the last build's; None for the first build."""
-    history = records.read(history_path) if history_path.exists() else []
+    history = environment_records.read(history_path) if history_path.exists() else []
     changes = manifest_changes(history[-1]["manifest"], info["manifest"]) if history else None
     history.append({k: info[k] for k in ("id", "manifest_sha256", "manifest")} | {"built_utc": _utc_now()})
-    records.write(history_path, history)
+    environment_records.write(history_path, history)
     return changes
 
 
@@ -176,7 +176,7 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
     the same lock gives the same image whichever folder it came from."""
     lock = lock or lock_path(stack, accelerator, REPO)
     lock_sha = envs.sha256_file(lock)
-    base = records.read(base_record)
+    base = environment_records.read(base_record)
     tag = tag or stack_tag(stack, accelerator, lock_sha)
     labels = build_labels(lock_sha, base["id"], epoch)
     started = time.monotonic()
@@ -198,7 +198,7 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
     info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),
             "lock": str(shown), "lock_sha256": lock_sha, "recipe_sha256": envs.sha256_file(RECIPE),
             "base_id": base["id"], "epoch": epoch, "build_seconds": round(time.monotonic() - started, 1)}
-    records.write(record, info)
+    environment_records.write(record, info)
     return info
 
 
@@ -206,7 +206,7 @@ def export(record: Path, fmt: str, out: Path) -> None:
     """An archive to carry the image to a host without a registry (podman load / docker load / apptainer build)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    podman("save", "--quiet", "--format", fmt, "--output", str(out), records.read(record)["image"])
+    podman("save", "--quiet", "--format", fmt, "--output", str(out), environment_records.read(record)["image"])
 
 
 def docker_load_command(archive: Path) -> list[str]:
@@ -219,22 +219,22 @@ def sif_command(archive: Path, sif: Path) -> list[str]:
 
 def docker_load(image_record: Path, archive: Path, record: Path) -> dict:
     """Load the podman-built image into Docker; its image ID (the config digest) must be the one podman recorded."""
-    source = records.read(image_record)
+    source = environment_records.read(image_record)
     subprocess.run(docker_load_command(archive), check=True)
     loaded = "sha256:" + subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", source["image"]],
                                         capture_output=True, text=True, check=True).stdout.strip().removeprefix("sha256:")
     if loaded != source["id"]:
         raise RuntimeError(f"docker loaded {loaded} from {archive}, but the image record says {source['id']}")
     info = {**source, "kind": "docker", "archive": str(archive)}
-    records.write(record, info)
+    environment_records.write(record, info)
     return info
 
 
 def build_sif(image_record: Path, archive: Path, sif: Path, record: Path) -> dict:
-    source = records.read(image_record)
+    source = environment_records.read(image_record)
     subprocess.run(sif_command(archive, sif), check=True)
     info = {**source, "kind": "sif", "sif": str(sif.resolve()), "sif_sha256": envs.sha256_file(sif)}
-    records.write(record, info)
+    environment_records.write(record, info)
     return info
 
 

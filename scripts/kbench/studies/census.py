@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from kbench.spec import CellSpec
+from kbench.contract.spec import CellSpec
 from kbench import files
 
 

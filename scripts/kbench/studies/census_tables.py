@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from kbench import files, records
-from kbench.host import REPO
+from kbench import files
+from kbench.machine import environment_records
+from kbench.machine.host import REPO
 from kbench.plan import matrix
 from kbench.results import tables
 from kbench.run import launch
@@ -35,7 +36,7 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
     if not specs:
         return []
     stack = matrix.stack_of(config, framework)
-    environment = records.read(results / records.path(runtime, stack, config["accelerator"]))
+    environment = environment_records.read(results / environment_records.path(runtime, stack, config["accelerator"]))
     out = results / "census" / size / f"{framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = launch.command(runtime, environment, out, module="kbench.studies.census", name=f"kbench-census-{framework}")

@@ -10,7 +10,7 @@ jax_numpy.suites.<suite>):
 - reduction n: sum, mean and std over the axes of an n x n array;
 - mlp n: a forward pass of a batch of n through dense layers with tanh between them (jax_numpy.mlp_widths).
 
-Timing is kbench.timing's, for both sides: warm-up steps excluded (jit compilation is the first of them), the window
+Timing is kbench.instruments.timing's, for both sides: warm-up steps excluded (jit compilation is the first of them), the window
 bracketed by syncs (jax.block_until_ready; NumPy returns when it is done), split into synced blocks that give one
 process's within-run interval (kbench.results.stats). The inputs are float32 arrays from the job's seed, placed on JAX's
 device before timing: host-device transfers are not timed. float32 means float32: JAX's default matmul precision is
@@ -28,7 +28,8 @@ import sys
 
 import numpy as np
 
-from kbench import cell, timing
+from kbench.contract import cell
+from kbench.instruments import timing
 from kbench.results import stats
 
 WORKLOADS = ("matmul", "elementwise", "reduction", "mlp")
@@ -112,7 +113,7 @@ def relative_error(found, expected) -> float:
 # ---------------------------------------------------------------- timing one side, one size
 
 def timed(step, sync, steps: dict) -> dict:
-    """kbench.timing over `step`; the estimate with its interval (kbench.results.stats: one process, its synced blocks)."""
+    """kbench.instruments.timing over `step`; the estimate with its interval (kbench.results.stats: one process, its synced blocks)."""
     found = timing.measure(step, sync, steps["warmup"], steps["timed"], blocks=steps["blocks"])
     mean = found.window_ms / steps["timed"]
     blocks = [ms / n for ms, n in zip(found.block_ms, found.block_steps)]
@@ -142,13 +143,6 @@ def run_size(workload: str, size: int, steps: dict, rng: np.random.Generator, wi
 
 
 # ---------------------------------------------------------------- the job (driver side)
-
-def planned(config: dict, suite: str) -> bool:
-    """The study runs for a suite it lists, where it is enabled and its column is selected (its environment is
-    built for the column's cells anyway)."""
-    study = config["jax_numpy"]
-    return study["enabled"] and suite in study["suites"] and study["framework"] in config["frameworks"]
-
 
 def job(config: dict, suite: str) -> dict:
     """What the job process gets: the suite's steps and sizes, the column's environment variables, the seed."""

@@ -1,6 +1,7 @@
 """The equivalence check's mappings of the reference (Keras 3 weights, kbench.models.weights) onto every other column's
-models, one module per model, named by its family's `layouts` fact (kbench.models.family); the functions here are the
-one place the adapters ask.
+models, one module per model, named by its family's `layouts` fact (kbench.models.family): bert, gemma, mistral,
+llama, sam, stable_diffusion, resnet50, and paddle (Paddle's names on top of the torch ones); _numbered (what the
+numbered-layer models share). The functions here are the one place the adapters ask.
 
 A model module provides MAPPINGS {(model, task): kbench.models.weights.Mapping} onto the native PyTorch modules, DERIVED
 (regexes of native names no reference array is mapped to: buffers, tied weights, factors the column initialises

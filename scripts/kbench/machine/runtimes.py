@@ -5,7 +5,7 @@ A Runtime is resolved once from its name (`resolve`) and answers for itself: the
 `python -m <module> --out OUT` in an environment (its command line), the environment of the process the launcher
 starts, where a file handed to the process is seen from inside, and where its environment records live. The
 launcher (kbench.run.launch) starts and supervises the process; the config check (kbench.plan.matrix) and the
-environment records (kbench.records) read their list of runtimes from here.
+environment records (kbench.machine.environment_records) read their list of runtimes from here.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kbench import host
+from kbench.machine import host
 
 SCRIPTS_IN_IMAGE = "/opt/kbench/scripts"
 OUT_IN_IMAGE = "/kbench/out"
@@ -42,7 +42,7 @@ class Options:
     cpus: float | None = None
     image_archive: str | Path | None = None     # where a node whose container storage lacks the image loads it from
     files: dict | None = None                   # name -> host path of a file the process reads (mounted read-only)
-    # the persistent compile cache (kbench.compile_cache): None, none; (): an empty one (a cold run, kept beside its
+    # the persistent compile cache (kbench.instruments.compile_cache): None, none; (): an empty one (a cold run, kept beside its
     # record); records of cold runs: a fresh copy of their kept caches (a warm run)
     cache_from: tuple | None = None
     # every CPU the launcher may use, not its GPU's share, outside a scheduler (the JAX-vs-NumPy job: its NumPy half

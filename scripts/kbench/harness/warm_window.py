@@ -1,6 +1,6 @@
 """Does a warm compile cache touch the number a cell reports? For each compiled column, the same tiny cell in fresh
 processes, cold (an empty persistent compile cache) and warm (a copy of the first cold run's cache,
-kbench.compile_cache), alternating (cold, warm, warm, cold, ...: drift hits both alike), each in its column's image as
+kbench.instruments.compile_cache), alternating (cold, warm, warm, cold, ...: drift hits both alike), each in its column's image as
 the workflow runs it. Per column: the timed window's ms/step of each side, their 95% intervals over the processes, the
 ratio warm / cold and Welch's p, and the first step's median on each side. Within noise (intervals overlapping) is the
 target: a warm cell loads the cold run's programs, it does not time others.
@@ -33,7 +33,7 @@ def order(pairs: int) -> list[str]:
 
 def column(config: dict, args, framework: str, folder: Path) -> bool:
     from kbench.run import launch
-    from kbench.studies import two_sides
+    from kbench.harness import two_sides
     spec, record = two_sides.cell(config, args, framework)
     spec = spec.replace(steps=dataclasses.replace(spec.steps, breakdown=0))
     timed, first, seed = {"cold": [], "warm": []}, {"cold": [], "warm": []}, None
@@ -63,7 +63,7 @@ def column(config: dict, args, framework: str, folder: Path) -> bool:
 
 
 def run(args) -> int:
-    from kbench.studies import two_sides
+    from kbench.harness import two_sides
     config = two_sides.config()
     with tempfile.TemporaryDirectory() as tmp:
         verdicts = [column(config, args, framework, Path(tmp)) for framework in args.frameworks.split(",")]
@@ -71,7 +71,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    from kbench.studies import two_sides
+    from kbench.harness import two_sides
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     two_sides.arguments(parser, pairs=2)
     parser.add_argument("--frameworks", default=COMPILED, help="compiled columns, comma-separated")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from kbench import host, records
-from kbench.host import REPO
+from kbench.machine import host, environment_records
+from kbench.machine.host import REPO
 from kbench.stacks import images
 
 
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         base_ids.append(base["id"])
         print(f"base build {attempt + 1}: {base['build_seconds']} s, {base['size_bytes'] / 1e6:.0f} MB, {base['id']}")
     if not args.base:                           # reuse the base the pipeline built
-        records.write(work / "base.json", {"kind": "base", "image": base_image, **images.inspect(base_image)})
+        environment_records.write(work / "base.json", {"kind": "base", "image": base_image, **images.inspect(base_image)})
 
     # Own tags, so the images (and records) of the pipeline are never replaced by this benchmark.
     uv_cache = work / "uv-cache"                # empty for the cold build, filled by it for the warm one

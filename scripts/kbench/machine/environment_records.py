@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbench import files, runtimes
+from kbench import files
+from kbench.machine import runtimes
 
 # kind -> the field that identifies the environment: an image by its ID (docker loads and SIFs carry the ID of the
 # podman image they came from), a venv by the digest of the lock it was installed from.
@@ -17,7 +18,7 @@ IDENTITY = {"image": "id", "docker": "id", "sif": "id", "venv": "lock_sha256",
 
 def path(runtime: str, stack: str, accelerator: str) -> str:
     """Where a runtime's environment record of a stack lives, relative to results_dir (the rules write it, cells depend
-    on it): kbench.runtimes.RUNTIMES says, per runtime."""
+    on it): kbench.machine.runtimes.RUNTIMES says, per runtime."""
     return runtimes.resolve(runtime).record_path(stack, accelerator)
 
 

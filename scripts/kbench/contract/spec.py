@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 @dataclass(frozen=True)
 class Dtypes:
-    """What the precision resolves to (kbench.precision.dtypes): the adapters read these, never the name."""
+    """What the precision resolves to (kbench.contract.precision.dtypes): the adapters read these, never the name."""
     weights: str
     compute: str
     loss_scaling: bool
@@ -112,3 +112,37 @@ class CellSpec:
             if not isinstance(values[name], kind):
                 values[name] = kind(**values[name])
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a job process got (the equivalence check's, JAX against NumPy's: kbench.plan.matrix.equivalence_job,
+    kbench.studies.jax_numpy.job): not a cell. Its JSON is kept whole (its digest names it); the fields every reader
+    asks of a job are read here, typed."""
+    data: Mapping[str, Any]
+
+    def _get(self, key: str):
+        return self.data.get(key)
+
+    cell_id = property(lambda self: self.data["cell_id"])
+    job = property(lambda self: self.data["job"])
+    suite = property(lambda self: self._get("suite"))
+    accelerator = property(lambda self: self._get("accelerator"))
+    profile = property(lambda self: self._get("profile"))
+    model = property(lambda self: self._get("model"))
+    framework = property(lambda self: self._get("framework"))
+    reference = property(lambda self: self._get("reference"), doc="None: this job makes the reference")
+
+    @property
+    def stack(self) -> str:
+        return self.data["framework_def"]["stack"]
+
+    def to_dict(self) -> dict:
+        return dict(self.data)
+
+
+def spec_of(data: Mapping[str, Any] | CellSpec | JobSpec) -> CellSpec | JobSpec:
+    """A record's spec, typed at the JSON edge: a job's (it names its job) or a cell's (read strictly)."""
+    if isinstance(data, (CellSpec, JobSpec)):
+        return data
+    return JobSpec(dict(data)) if "job" in data else CellSpec.from_dict(data)

@@ -135,7 +135,7 @@ def device_busy(step: Callable[[], Any], sync: Callable[[Any], None], steps: int
                 activities: Callable[[Callable[[], None], Callable[[], None]], Profiled], window_ms_per_step: float,
                 clock: Callable[[], float] = time.perf_counter) -> dict:
     """The share of a step the device is busy: the device-busy time per step of `steps` more steps, run after the
-    window under the framework's device profiler (the union of their activities: kbench.timing.busy_ms), over the
+    window under the framework's device profiler (the union of their activities: kbench.instruments.timing.busy_ms), over the
     timed window's own ms/step, which no profiler touched. activities(warm, run) runs warm() (one synced step) and
     then run() (the `steps`) under the profiler, discards warm's activities (the profiler's start-up, a first profiled
     launch) and returns run's as a Profiled.

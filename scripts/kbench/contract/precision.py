@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbench.spec import Dtypes
+from kbench.contract.spec import Dtypes
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ the dtypes its steps ran in ("numerics").
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kbench.spec import CellSpec
+from kbench.contract.spec import CellSpec, JobSpec, spec_of
 from kbench import files
 
 SCHEMA_VERSION = 6
@@ -68,7 +69,7 @@ def error_info(error_type: str, message: str, detail: str = "") -> dict:
 class CellResult:
     cell_id: str
     status: str
-    spec: dict
+    spec: CellSpec | JobSpec     # typed at the JSON edge (spec_of): a cell's, or a job's
     provenance: dict
     error: dict | None = None
     timing: dict | None = None
@@ -89,6 +90,7 @@ class CellResult:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} is not one of {STATUSES}")
+        self.spec = spec_of(self.spec)
         self.spec_digest = self.spec_digest or spec_digest(self.spec)
 
     # ------------------------------------------------------------ JSON
@@ -109,7 +111,8 @@ class CellResult:
         return cls.from_json(files.read_json(path), str(path))
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "spec"}
+        return {**data, "spec": self.spec.to_dict()}
 
     def write(self, path: str | os.PathLike) -> None:
         files.write_json(path, self.to_json())
@@ -118,8 +121,10 @@ class CellResult:
 
     @property
     def cell_spec(self) -> CellSpec:
-        """The record's spec, typed (a cell's; a job's dict is not a cell spec: ValueError naming its keys)."""
-        return CellSpec.from_dict(self.spec)
+        """The record's spec as a cell's (a job's is not: ValueError naming the job)."""
+        if not isinstance(self.spec, CellSpec):
+            raise ValueError(f"{self.cell_id}: the record of a {self.spec.job} job, not of a cell")
+        return self.spec
 
     @property
     def mean_ms(self) -> float | None:
@@ -134,91 +139,12 @@ class CellResult:
             return f"{'n/a' if error.get('type') == 'NotApplicable' else 'unsupported'}: {error.get('message')}"
         return f"{self.status}: {error.get('type')}"
 
-    def row(self) -> dict:
-        """The flat view: every statistic and provenance field a table or a comparison reads, one level deep."""
-        spec, timing, prov = self.spec, self.timing or {}, self.provenance
-        error, params, memory = self.error or {}, self.params or {}, self.memory or {}
-        loss, numerics, energy, evidence = self.loss or {}, self.numerics or {}, self.energy or {}, self.evidence or {}
-        compiles = evidence.get("compiles") or {}
-        before, in_window = compiles.get("before_window") or {}, compiles.get("in_window") or {}
-        mig = bool((prov.get("device_identity") or {}).get("mig"))
-        return {
-            "cell_id": self.cell_id, "repeat": self.repeat, "suite": spec["suite"], "profile": spec.get("profile"),
-            "model": spec["model"], "task": spec["task"],
-            "batch_size": spec["batch_size"], "precision": spec["precision"], "framework": spec["framework"],
-            "status": self.status, "error_type": error.get("type"), "error_message": error.get("message"),
-            "text": self.text(),
-            **{k: timing.get(k) for k in ("n", "mean_ms", "median_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms",
-                                          "first_step_ms", "window_ms", "examples_per_s", "tokens_per_s")},
-            "step_ms": timing.get("step_ms"),
-            "block_means": _block_means(timing),
-            "generated_tokens_per_step": timing.get("generated_tokens_per_step"),
-            "device_busy_share": (timing.get("device_busy") or {}).get("share"),
-            "loss_first": loss.get("first_timed_step"), "loss_last": loss.get("last_timed_step"),
-            "weights_dtype": numerics.get("weights_dtype"), "compute_dtype": numerics.get("compute_dtype"),
-            "probe_class": (numerics.get("probe") or {}).get("observed_class"),
-            "precision_switches": numerics.get("precision_switches"),
-            "tf32_override": (prov.get("environment_variables") or {}).get("NVIDIA_TF32_OVERRIDE"),
-            "params_total": params.get("total"), "params_trainable": params.get("trainable"),
-            "peak_host_rss_mib": _mib(memory.get("peak_host_rss_bytes")),
-            "peak_device_mib": _mib(memory.get("peak_device_bytes")),
-            "nvml_used_mib": _mib(memory.get("nvml_used_bytes_after_steps")),
-            "nvml_process_mib": _only_process_mib(memory.get("nvml_processes_after_steps")),
-            "memory_view": prov.get("memory_view"),
-            # the GPU during the timed window (kbench.gpu.nvml.WindowMonitor)
-            "energy_j_per_step": (energy["energy_j"] / timing["n"] if energy.get("energy_j") is not None
-                                  and timing.get("n") else None),
-            "mean_power_w": energy.get("mean_power_w"), "sm_clock_mhz_mean": energy.get("sm_clock_mhz_mean"),
-            "sm_clock_mhz_min": energy.get("sm_clock_mhz_min"),
-            "memory_clock_mhz_mean": energy.get("memory_clock_mhz_mean"),
-            "temperature_c_max": energy.get("temperature_c_max"),
-            "slowdowns": ", ".join(energy.get("slowdowns") or []), "power_capped": energy.get("power_capped"),
-            # the framework's compile counters (runner.Window): what compiled inside the window, graph breaks
-            "jit_compiled": evidence.get("jit_compile"),
-            "compiles_in_window": sum(in_window.get(k, 0) for k in PROGRAMS) if in_window else None,
-            "graph_breaks": (before.get("graph_breaks", 0) + before.get("unsupported", 0)) if before else None,
-            "cudagraph_skips": before.get("cudagraph_skips", 0) + in_window.get("cudagraph_skips", 0)
-            if before else None,
-            # a MIG instance is named as one (kbench.run.runner.check_device_identity): it has a part of the chip
-            "device": _mig_named(prov.get("device"), mig), "mig": mig,
-            "gpu_name": _mig_named(((prov.get("device_facts") or {}).get("nvml") or {}).get("name"), mig),
-            "runtime": prov.get("runtime"), "git_commit": prov.get("git_commit"),
-            "environment_lock_sha256": (prov.get("environment") or {}).get("lock_sha256"),
-            "packages": ", ".join(f"{k}=={v}" for k, v in sorted((prov.get("packages") or {}).items())),
-            "spec_digest": self.spec_digest,
-            # what derived figures (FLOPs) are computed from; not written to the CSVs
-            "arch": spec["arch"], "inputs": spec["inputs"], "task_options": spec["task_options"],
-            "adapter": spec.get("framework_def", {}).get("adapter"),
-        }
 
-
-def _mig_named(name: str | None, mig: bool) -> str | None:
-    return f"{name} (MIG)" if mig and isinstance(name, str) and "MIG" not in name.split() else name
-
-
-def _block_means(timing: dict) -> list[float] | None:
-    """Mean ms/step of each synced block of the window (kbench.timing), or None for a record without them."""
-    if not timing.get("block_ms"):
-        return None
-    return [ms / steps for ms, steps in zip(timing["block_ms"], timing["block_steps"])]
-
-
-def _only_process_mib(processes: list[dict] | None) -> float | None:
-    """NVML's per-process device memory where exactly one process was on the GPU (one cell per GPU: that process is
-    the cell; NVML names host PIDs, which a container cannot match against its own)."""
-    if not processes or len(processes) != 1:
-        return None
-    return _mib(processes[0].get("used_bytes"))
-
-
-def _mib(n: int | None) -> float | None:
-    return None if n is None else round(n / 2**20, 1)
-
-
-def new_result(spec, context: dict, status: str, error: dict | None = None, repeat: int = 1) -> CellResult:
-    """spec: a CellSpec, or a job's dict (the equivalence check's, JAX against NumPy's); the record keeps its JSON."""
-    spec = spec.to_dict() if hasattr(spec, "to_dict") else spec
-    return CellResult(cell_id=spec["cell_id"], status=status, spec=spec, provenance=dict(context), error=error,
+def new_result(spec: CellSpec | JobSpec | dict, context: dict, status: str, error: dict | None = None,
+               repeat: int = 1) -> CellResult:
+    """spec: a CellSpec, or a job's (the equivalence check's, JAX against NumPy's), typed or as its JSON."""
+    spec = spec_of(spec)
+    return CellResult(cell_id=spec.cell_id, status=status, spec=spec, provenance=dict(context), error=error,
                       repeat=repeat)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kbench.host import REPO
+from kbench.machine.host import REPO
 
 
 def arguments(parser: argparse.ArgumentParser, pairs: int) -> None:
@@ -35,7 +35,7 @@ def config() -> dict:
 
 def cell(config: dict, args, framework: str):
     """The tiny suite's spec of the cell in `framework` (its model's first precision), and its environment record."""
-    from kbench import runtimes
+    from kbench.machine import runtimes
     from kbench.plan import matrix
     precision = config["model_defs"][args.model]["precisions"][0]
     spec = matrix.spec(config, "tiny", args.model, args.task, args.batch, precision, framework, "strict")

@@ -1,5 +1,5 @@
 """The GPU check's acceptance steps: what a first run on a GPU host must show of the guards that keep its numbers
-honest, beside its cells (kbench.studies.gpucheck). Each step is one row: passed, FAILED with why (the check then
+honest, beside its cells (kbench.gpucheck.check). Each step is one row: passed, FAILED with why (the check then
 exits 1), or not measured with why (what the host lacks for it: no second account to act as, no podman, no GPU cell
 that ran). The steps:
 
@@ -8,7 +8,7 @@ that ran). The steps:
 - a second account's lease: another account (uid 65534, by setpriv, where this one is root) takes a GPU's lease lock
   root made, is refused while this process holds it, and takes it again after;
 - CPU pinning (per runtime): a process started exactly as a cell is (lease, share, the runtime's command line; for
-  podman by an account without the cpuset controller, the pinned client: kbench.host.cpuset_delegation) runs on the
+  podman by an account without the cpuset controller, the pinned client: kbench.machine.host.cpuset_delegation) runs on the
   CPUs its record says it was given;
 - the launched device: that process's GPU, by UUID (torch's device properties, else NVML), is the one it was leased;
 - float32 conv probe: with TF32 off, a float32 convolution runs in float32 like the matmul (JAX's matmul preset
@@ -18,7 +18,7 @@ that ran). The steps:
 - device UUID: every GPU cell compared the device its framework ran on with its lease (kbench.run.runner
   .check_device_identity) and recorded it checked;
 - compile cache across GPU models: a cache built on another GPU model (or a MIG instance of this one) is refused
-  for this GPU, one built on this model is not (kbench.compile_cache.refusal);
+  for this GPU, one built on this model is not (kbench.instruments.compile_cache.refusal);
 - identity on an index lease: with this GPU leased by index (podman's CDI) and no UUID from the framework (JAX,
   TensorFlow, Paddle), the check expects the UUID the launcher leased: this GPU's passes, another GPU's fails;
 - a SLURM allocation other than GPU 0: the node's last GPU, in the node's view and in a job's renumbered view
@@ -37,7 +37,9 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
-from kbench import cell, compile_cache, host, records
+from kbench.contract import cell
+from kbench.instruments import compile_cache
+from kbench.machine import host, environment_records
 from kbench.gpu import preflight
 from kbench.run import launch
 from kbench.run import runner
@@ -118,7 +120,7 @@ def cpu_shares_step(devices: list[dict], sysfs: Path | None = None) -> dict:
 
 
 # The launcher's own lock, opened as the launcher opens it, taken without waiting
-TRY_LEASE = ("import fcntl, sys\nfrom pathlib import Path\nfrom kbench.host import open_lock\n"
+TRY_LEASE = ("import fcntl, sys\nfrom pathlib import Path\nfrom kbench.machine.host import open_lock\n"
              "fd = open_lock(Path(sys.argv[1]))\n"
              "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    print('refused')\n"
              "else:\n    print('taken')\n")
@@ -178,7 +180,8 @@ def second_account_lease_step(devices: list[dict], uid: int = NOBODY, leases: Pa
 
 def launched(runtime: str, record: Path, out: Path, stack: str, timeout_s: float) -> cell.CellResult:
     """kbench.run.seen started through the launcher on a GPU lease, as a cell of `stack` in `runtime`."""
-    job = {"cell_id": f"gpucheck/launched/{runtime}", "accelerator": "gpu", "framework_def": {"stack": stack}}
+    job = {"cell_id": f"gpucheck/launched/{runtime}", "job": "gpucheck_launched", "accelerator": "gpu",
+           "framework_def": {"stack": stack}}
     return launch.run_cell(job, runtime, record, out / f"launched-{runtime}.json", out / f"launched-{runtime}.log",
                            launch.Options(module="kbench.run.seen", timeout_s=timeout_s))
 
@@ -234,7 +237,7 @@ def podman_image_record(results: Path) -> Path | None:
         return None
     for path in sorted((results / "images").glob("*.gpu.json")):
         try:
-            image = records.read(path)["id"]
+            image = environment_records.read(path)["id"]
         except (OSError, ValueError, KeyError):
             continue
         if subprocess.run(["podman", "image", "exists", image], capture_output=True).returncode == 0:
@@ -259,7 +262,7 @@ def conv_probe_step(probes: list[dict]) -> dict:
 
 
 def gpu_cells(results: list[cell.CellResult]) -> list[cell.CellResult]:
-    return [r for r in results if r.status == "ok" and preflight.is_gpu(r.spec["accelerator"])]
+    return [r for r in results if r.status == "ok" and preflight.is_gpu(r.spec.accelerator)]
 
 
 def busy_share_step(results: list[cell.CellResult]) -> dict:

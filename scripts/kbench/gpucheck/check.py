@@ -1,7 +1,7 @@
 """The first thing to run on a new GPU host or cluster node: the pipeline's GPU path in minutes, with what the host
 already has (Python 3.11 or 3.12 with NumPy and PyYAML; no Snakemake, no network, no containers).
 
-    PYTHONPATH=scripts python3 -m kbench.studies.gpucheck --deadline 480 [--python /opt/conda/bin/python] [--out DIR]
+    PYTHONPATH=scripts python3 -m kbench.gpucheck.check --deadline 480 [--python /opt/conda/bin/python] [--out DIR]
 
 It finds which frameworks the interpreter has (and says which it lacks: a missing one is skipped, never a failure),
 probes what a float32 matmul gets in torch and JAX with TF32 off, on and at the library's default, times a bf16
@@ -9,7 +9,7 @@ matmul of known size against the device's datasheet peak (a sanity MFU), then ru
 the `preinstalled` runtime (each its own process, the launcher's GPU lease, preflight and device checks, the same
 runner and records as the workflow) in priority order until the deadline, at the smoke suite's sizes. It prints one
 table (status, device, probe, ms/step, MFU, memory, J/step, compiles in the window, graph breaks) and writes every
-cell JSON under --out. Around them, its acceptance steps (kbench.studies.gpucheck_steps: the CPU shares by core, a
+cell JSON under --out. Around them, its acceptance steps (kbench.gpucheck.steps: the CPU shares by core, a
 second account's lease, a process started as a cell is in each runtime on its CPUs and its leased GPU, a float32 conv
 probe, the busy share against the window, the cells' device UUIDs), one table: each passed, FAILED or not measured
 with why. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
@@ -33,15 +33,16 @@ from pathlib import Path
 
 import yaml
 
-from kbench import cell, files
+from kbench.contract import cell
+from kbench import files
 from kbench.adapters import _packages
-from kbench.host import REPO
+from kbench.machine.host import REPO
 from kbench.gpu import peaks, preflight
 from kbench.plan import matrix
 from kbench.results import flops
 from kbench.run import launch
 from kbench.stacks import envs, lock_path
-from kbench.studies import gpucheck_steps as steps_of
+from kbench.gpucheck import steps as steps_of
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "diffusers", "segment_anything", "keras", "keras_hub",
             "keras_cv", "keras_nlp", "jax", "tensorflow", "tf_keras", "numpy", "yaml", "pynvml")
@@ -146,8 +147,9 @@ def installed(python: str, budget_s: float = IMPORT_S) -> tuple[dict[str, str | 
 PROBE = """
 import json, sys, time
 sys.path.insert(0, {scripts!r})
-from kbench import numerics
+from kbench.instruments import numerics
 from kbench.adapters import _hooks
+from kbench.results import flat
 framework, mode = sys.argv[1], sys.argv[2]
 hooks = _hooks.torch_hooks() if framework == "torch" else _hooks.jax_hooks()
 switches = hooks["set_tf32"](mode, "float32")
@@ -262,7 +264,7 @@ def start_s(definition: dict) -> float:
 
 def summary(result: cell.CellResult) -> dict:
     """The table's figures of one cell, without pandas (the interpreter checked may have none)."""
-    row = result.row()
+    row = flat.row(result)
     if result.status != "ok":
         return {"status": result.text(), "device": row["gpu_name"] or row["device"]}
     spec = result.cell_spec
@@ -371,7 +373,7 @@ LAUNCHED_S = 120         # a process started as a cell is, through each runtime:
 
 
 def host_steps(gpus: list[dict], args: argparse.Namespace, out: Path, deadline: float) -> list[dict]:
-    """The acceptance steps of the host and the launcher (kbench.studies.gpucheck_steps), before the probes: the CPU
+    """The acceptance steps of the host and the launcher (kbench.gpucheck.steps), before the probes: the CPU
     shares, a second account's lease, and a process started as a cell is, through the preinstalled interpreter and,
     where podman holds one of this repository's GPU images, through podman (as this account: rootless where it is
     not root)."""

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from kbench import host
+from kbench.machine import host
 from kbench.adapters import _packages
-from kbench.host import REPO
+from kbench.machine.host import REPO
 from kbench.plan import matrix
 from kbench.run import launch
 from kbench.stacks import images, lock_path, lockcheck, locks as stack_locks

@@ -24,7 +24,7 @@ from kbench.results import stats
 
 def run(args) -> int:
     from kbench.run import launch
-    from kbench.studies import two_sides
+    from kbench.harness import two_sides
     base, record = two_sides.cell(two_sides.config(), args, args.framework)
     timed = {"on": [], "off": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +52,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    from kbench.studies import two_sides
+    from kbench.harness import two_sides
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     two_sides.arguments(parser, pairs=3)
     parser.add_argument("--framework", default="native-torch-eager")

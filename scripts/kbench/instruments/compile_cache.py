@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kbench import cell, host
+from kbench.contract import cell
+from kbench.machine import host
 
 CACHE_SUFFIX = ".cache"          # beside a record: <stem>.cache/ (the launcher moves result.cache there)
 STAGED = "result" + CACHE_SUFFIX  # in the process's staging folder

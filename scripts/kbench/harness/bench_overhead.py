@@ -3,9 +3,9 @@
     .venv/bin/python scripts/bench_overhead.py [--framework keras3-jax --model sam --task predict --batch 4]
 
 The host side resolves the tiny cell from config.yaml and runs this module again in the stack's environment
-(`python -m kbench.studies.bench_overhead --in-env`, the spec on stdin). There one
+(`python -m kbench.harness.bench_overhead --in-env`, the spec on stdin). There one
 workload is built, as the runner builds it, and two timings of it alternate (ABBA order, so drift hits both alike):
-kbench.timing.measure, the code the runner times every cell with, and a bare loop (one clock around N calls of the
+kbench.instruments.timing.measure, the code the runner times every cell with, and a bare loop (one clock around N calls of the
 step, one sync at the end). Everything else the runner does happens outside the timed window.
 Target: ratio <= 1.02.
 """
@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 
-from kbench.spec import CellSpec
-from kbench.host import REPO
+from kbench.contract.spec import CellSpec
+from kbench.machine.host import REPO
 
 
 def host(args) -> int:
@@ -38,7 +38,7 @@ def host(args) -> int:
     if not python.exists():
         sys.exit(f"{python} is missing: run the tiny suite once (README.md) so the {stack} environment exists")
     payload = json.dumps({"spec": spec.to_dict(), "repeats": args.repeats})
-    return subprocess.run([str(python), "-m", "kbench.studies.bench_overhead", "--in-env"], input=payload, text=True,
+    return subprocess.run([str(python), "-m", "kbench.harness.bench_overhead", "--in-env"], input=payload, text=True,
                           env=launch.process_env("host"), cwd=REPO).returncode
 
 
@@ -47,7 +47,8 @@ def in_env() -> int:
     spec, repeats = CellSpec.from_dict(payload["spec"]), payload["repeats"]
     import os
     os.environ.update(spec.env)
-    from kbench import adapters, timing
+    from kbench import adapters
+    from kbench.instruments import timing
 
     adapter = adapters.load(spec.adapter)
     backend = adapter.backend()

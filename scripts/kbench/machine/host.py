@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SYSFS = Path("/sys")        # where the CPU and NUMA topology is read (tests hand a fake tree)
 CGROUP = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
@@ -77,7 +77,7 @@ def file_lock(path: Path):
         os.close(fd)
 
 
-def python_for(uid: int, module: str = "kbench.host") -> str | None:
+def python_for(uid: int, module: str = "kbench.machine.host") -> str | None:
     """An interpreter that account can run with this repository's `module` importable (this process's may lie under
     root's home), started by setpriv; None where there is none (or no setpriv)."""
     if shutil.which("setpriv") is None:

@@ -12,13 +12,14 @@ whose results agree (a mismatch or a failed size counts for nothing):
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from kbench import cell
+from kbench.contract import cell
+from kbench.plan import matrix
+from kbench.results.context import Records, RunContext, Table
 
 HOLDS, FAILS, NOT_SHOWN, NOT_MEASURED = "holds", "does not hold", "not shown", "not measured"
 OUTPUTS = [f"jax_numpy.{ext}" for ext in ("csv", "md", "html")] + ["jax_numpy_claim.csv"]
@@ -149,7 +150,10 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
         "agreement": table.agreement, "device": table.device})
 
 
-def build(result: cell.CellResult, claim: dict, workloads: dict, suite: str, out_dir: Path) -> None:
+def build(records: Records, run: RunContext) -> None:
+    """The suite's one job record (kbench.studies.jax_numpy), with config jax_numpy's claim and the workloads' whys."""
+    (result,), suite, out_dir = records.jax_numpy, run.suite, run.tables_dir
+    claim, workloads = run.jax_numpy["claim"], run.jax_numpy["workloads"]
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame(rows(result))
     claims = claim_table(result, claim, workloads)
@@ -165,17 +169,6 @@ def build(result: cell.CellResult, claim: dict, workloads: dict, suite: str, out
         + "\n</body></html>\n")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--claim", required=True, type=json.loads, help="JSON config jax_numpy.claim")
-    parser.add_argument("--workloads", required=True, type=json.loads, help="JSON config jax_numpy.workloads")
-    parser.add_argument("--suite", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("result")
-    args = parser.parse_args(argv)
-    build(cell.read(args.result), args.claim, args.workloads, args.suite, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+TABLE = Table(rule="jax_numpy_table", outputs=tuple(OUTPUTS), build=build, category="JAX against NumPy",
+              reads=("jax_numpy",), archived=False,
+              per_profile=False, planned=lambda config, suite: [None] if matrix.jax_numpy_planned(config, suite) else [])
