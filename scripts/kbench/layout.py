@@ -150,7 +150,7 @@ def unnamed(layout_doc: str | None = None) -> list[str]:
     text = LAYOUT_DOC.read_text() if layout_doc is None else layout_doc
     rows, found = layout_rows(text), []
     for module in modules():
-        if module == PACKAGE:
+        if module == PACKAGE or wing_of(module) not in WINGS:      # (one in no wing is named as such)
             continue
         parent, name = module.rsplit(".", 1)
         if not named(name, docstring(parent)):
