@@ -104,7 +104,12 @@ class CellResult:
                               ": rerun the cell")
         data = {**_ADDED_SINCE.get(version, {}), **data, "schema_version": SCHEMA_VERSION}
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        if not isinstance(data.get("spec"), dict):
+            raise SchemaError(source, "no spec", "a cell record holds the spec it ran")
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except (ValueError, TypeError) as error:      # its spec read strictly (spec_of), or a bad status
+            raise SchemaError(source, str(error), "a record as kbench.contract.cell writes it: rerun the cell") from None
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> CellResult:
