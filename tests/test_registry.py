@@ -115,3 +115,17 @@ def test_the_registry_rebuilds_each_profiles_tables_from_records(tmp_path):
     assert (tmp_path / "strict" / "ms_per_step.csv").is_file() and (tmp_path / "departures.md").is_file()
     assert not (tmp_path / "run_facts.html").exists() and not list(tmp_path.rglob("*.png"))
     assert "failed: MemoryError" in (tmp_path / "strict" / "ms_per_step.md").read_text()
+
+
+def test_a_figure_saved_twice_is_the_same_bytes(tmp_path):
+    """SVG ids are drawn at random by matplotlib unless salted: the same records must give the same files."""
+    from kbench.results import plots
+    fig, ax = plots.plt.subplots()
+    ax.bar(["a", "b"], [1, 2], hatch="//")
+    ax.set_clip_on(True)
+    for name in ("one", "two"):
+        for fmt in ("svg", "png"):
+            plots.save(fig, tmp_path / f"{name}.{fmt}")
+    plots.plt.close(fig)
+    for fmt in ("svg", "png"):
+        assert (tmp_path / f"one.{fmt}").read_bytes() == (tmp_path / f"two.{fmt}").read_bytes(), fmt

@@ -32,7 +32,7 @@ import pandas as pd
 
 from kbench.contract import cell
 from kbench.plan import matrix
-from kbench.results import flat, stats, tables
+from kbench.results import flat, plots, stats, tables
 from kbench.results.context import Records, RunContext, Table
 
 ROW = ["model", "task", "precision"]
@@ -295,7 +295,7 @@ def plot(summary: pd.DataFrame, fitted: dict[tuple, dict[str, Fit | None]], fram
         ms_ax.legend(fontsize=7)
     fig.tight_layout()
     for name in PLOTS:
-        fig.savefig(out_dir / name, dpi=100)
+        plots.save(fig, out_dir / name, dpi=100)
     plt.close(fig)
 
 

@@ -218,8 +218,7 @@ def build(records: Records, run: RunContext) -> None:
     plots_dir.mkdir(parents=True, exist_ok=True)
     fig = figure(long, frameworks)
     for fmt in ("png", "svg"):
-        fig.savefig(plots_dir / f"time_by_kind.{fmt}",
-                    metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
+        plots.save(fig, plots_dir / f"time_by_kind.{fmt}")
     plots.plt.close(fig)
 
 

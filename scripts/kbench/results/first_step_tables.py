@@ -214,9 +214,7 @@ def build(records: Records, run: RunContext) -> pd.DataFrame:
         plots_dir.mkdir(parents=True, exist_ok=True)
         figure = plot(long, frameworks)
         for fmt in plots.FORMATS:
-            # fixed metadata: the same records give byte-identical files
-            figure.savefig(plots_dir / f"{NAME}.{fmt}", dpi=110,
-                           metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
+            plots.save(figure, plots_dir / f"{NAME}.{fmt}", dpi=110)
     return long
 
 

@@ -21,6 +21,14 @@ import pandas as pd  # noqa: E402
 from kbench.results import flat, stats, tables  # noqa: E402
 from kbench.results.context import Records, RunContext, Table  # noqa: E402
 
+def save(fig, path: Path, **options) -> None:
+    """The one place a figure becomes a file (PNG or SVG): the same figure gives the same bytes (no date or software
+    in the metadata; SVG ids from a fixed salt, which matplotlib otherwise draws at random on every save)."""
+    metadata = {"Software": None} if path.suffix == ".png" else {"Date": None, "Creator": None}
+    with matplotlib.rc_context({"svg.hashsalt": "kbench"}):
+        fig.savefig(path, metadata=metadata, **options)
+
+
 PLOTS = ("ms_per_step", "speedup")     # first_step: kbench.results.first_step_tables
 FORMATS = ("png", "svg")
 
@@ -196,8 +204,7 @@ def build(records: Records, run: RunContext) -> list[Path]:
     for name, fig in figures.items():
         for fmt in FORMATS:
             path = out_dir / f"{name}.{fmt}"
-            # Fixed metadata: the same cells give byte-identical files (no creation date in them).
-            fig.savefig(path, metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
+            save(fig, path)
             written.append(path)
         plt.close(fig)
     return written

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from kbench.plan import matrix
-from kbench.results import flat, stats, tables
+from kbench.results import flat, plots, stats, tables
 from kbench.results.context import Records, RunContext, Table
 
 KEYS = flat.ROW_KEYS + ["framework"]
@@ -165,7 +165,7 @@ def plot(gains: pd.DataFrame, frameworks: list[str], out_dir: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     for name in PLOTS:
-        fig.savefig(out_dir / name, dpi=100)
+        plots.save(fig, out_dir / name, dpi=100)
     plt.close(fig)
 
 
