@@ -284,6 +284,7 @@ def test_a_ladder_the_model_does_not_have_is_one_line(rows, message):
     assert str(error.value).startswith(message)
 
 
+@pytest.mark.workflow     # the workflow's plan, in process (12 s)
 def test_a_planned_study_has_its_rungs_and_its_tables(tmp_path):
     """The real workflow, planned in process: the tiny suite's ladder cells and one study job per profile."""
     found = plan("-n", "--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "frameworks=[native-torch-eager,keras3-jax]",

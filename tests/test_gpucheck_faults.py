@@ -28,6 +28,7 @@ def test_one_import_that_crashes_the_interpreter_costs_only_its_own_package(tmp_
     assert found["tensorflow"] is None          # alone it imports (here: it is not installed), no crash
 
 
+@pytest.mark.workflow     # processes that hang until their budget ends
 def test_an_import_that_hangs_is_named_and_the_rest_is_found(tmp_path, monkeypatch):
     monkeypatch.setattr(gpucheck, "IMPORT_S", 1)
     monkeypatch.setattr(gpucheck, "ONE_IMPORT_S", 1)
@@ -42,6 +43,7 @@ def test_the_imports_take_at_most_half_the_default_deadline():
     assert gpucheck.import_budget(60) == 30
 
 
+@pytest.mark.workflow     # processes that hang until their budget ends
 def test_imports_that_all_hang_end_within_their_budget(tmp_path, monkeypatch):
     """An interpreter on which every import hangs: the together process, then one per package, all within the
     budget; what the budget did not reach says so."""
@@ -80,6 +82,7 @@ def test_keras_is_imported_on_a_backend_the_interpreter_has(tmp_path, monkeypatc
     assert found["keras"] == "3.99" and found["keras_hub"] == "0.99"
 
 
+@pytest.mark.workflow     # processes that hang until their budget ends
 def test_a_probe_that_hangs_ends_within_the_time_left(tmp_path, monkeypatch):
     python = fake_python(tmp_path, "exec sleep 60")
     result = gpucheck.probe(python, "torch", "off", timeout_s=2)

@@ -386,6 +386,7 @@ def left_behind(marker="kbench-synthetic-child") -> list[int]:
     return found
 
 
+@pytest.mark.workflow     # processes waited on past a timeout
 def test_a_hanging_cell_is_killed_at_the_timeout_with_its_children(tmp_path, driver_environment):
     """The cell hangs after starting a child of its own (as compile workers are): the timeout kills both."""
     assert left_behind() == []
@@ -458,6 +459,7 @@ def test_a_killed_driver_takes_its_running_cell_along(tmp_path, driver_environme
     assert not (tmp_path / "cell.json").exists()
 
 
+@pytest.mark.workflow     # processes waited on past a timeout
 def test_a_killed_driver_leaves_no_record_however_long_removing_the_cell_takes(tmp_path, driver_environment):
     """The race behind an occasional finished-looking record: the cell's group is dead, so the main thread's wait
     returns while the watchdog is still removing the cell. The main thread must never go on to write a record."""
@@ -487,6 +489,7 @@ def test_an_attempt_kept_on_a_disk_that_fills_midway_is_whole_or_absent(tmp_path
     assert kept == {"json": out.read_bytes(), "log": log.read_bytes()}
 
 
+@pytest.mark.workflow     # processes waited on past a timeout
 def test_a_cell_waits_for_its_previous_process_to_let_go(tmp_path, driver_environment):
     """A resumed run never overlaps the same cell still running from before: the launcher holds a lock per cell."""
     import fcntl

@@ -121,6 +121,7 @@ def test_the_pages_print_commands_the_tests_run():
     assert "PYTHONPATH=scripts .venv/bin/python -m kbench.layout" in CHEAP
 
 
+@pytest.mark.workflow     # a printed Snakemake command, run (9 s)
 @pytest.mark.parametrize("line", DRY_RUNS)
 def test_a_printed_dry_run_plans(line):
     """As printed (and with the equivalence check on, as a user's run has it), in this process."""

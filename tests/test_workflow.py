@@ -13,6 +13,10 @@ from dag import plan
 from kbench.plan import matrix
 from kbench.run import scheduling
 
+# The workflow tier: its plans (in process, each a DAG of the whole suite: seconds each, 15 s for the up-to-date
+# workflow the rerun tests start from) and the real `snakemake` command.
+pytestmark = pytest.mark.workflow
+
 
 def job_counts(output: str) -> dict[str, int]:
     stats = output.split("Job stats:")[1]
@@ -50,7 +54,6 @@ def test_a_plan_has_every_cell_of_the_suite(tmp_path, suite, accelerator, runtim
         for stack in stacks)
 
 
-@pytest.mark.workflow
 def test_the_snakemake_command_dry_runs_the_tiny_suite(tmp_path):
     """The CLI smoke of the plans above: the real command prints the same job counts and each stack's lock."""
     proc = snakemake("-n", "--cores", "all", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman",
@@ -62,7 +65,6 @@ def test_the_snakemake_command_dry_runs_the_tiny_suite(tmp_path):
         assert f"envs/{stack}.cpu.lock" in proc.stdout
 
 
-@pytest.mark.workflow
 def test_not_applicable_cells_reach_the_table_without_an_environment(tmp_path):
     """A run whose every cell is n/a builds nothing and fills its table: the reasons an overlay adds (keras3-torch,
     Keras 2's SAM) and the shipped config's own (the Keras 2 LLMs: keras-nlp 0.12.1), in one real run."""
@@ -216,7 +218,6 @@ def test_a_changed_timer_reruns_every_runnable_cell(up_to_date):
     assert sorted(planned_cells(planned)) == runnable_cells()
 
 
-@pytest.mark.workflow
 def test_lint_finds_nothing_but_the_cell_launchers_own_containers():
     """`snakemake --lint` may only ask for a conda environment or container per rule: by design every rule runs in
     the driver's venv or launches its own container (rule cell). Snakemake 9.27's CLI ignores --lint's json format,
