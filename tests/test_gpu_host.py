@@ -14,7 +14,7 @@ import yaml
 
 from conftest import CONFIG, REPO, snakemake
 from kbench.contract import cell
-from kbench.results import tables
+from kbench.results import flat, tables
 
 FAKE_NVML = Path(__file__).parent / "fake_nvml"
 UUIDS = [f"GPU-fake-{i}" for i in range(4)]
@@ -110,7 +110,7 @@ def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_
     assert energy["processes_before_window"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]    # in the cell's record
     assert energy["application_clocks_set"] is False and energy["application_sm_clock_mhz"] == 1980
     assert result.memory["nvml_processes_after_steps"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]
-    summary = tables.summary_table(tables.long_table([result]))
+    summary = tables.summary_table(flat.long_table([result]))
     row = summary.iloc[0]
     assert row.energy_j_per_step == pytest.approx(energy["energy_j"] / 10)
     assert row.cell_flags == "throttled: thermal (software)" and row.text.endswith(tables.FLAGGED)
@@ -126,7 +126,7 @@ def test_a_gpu_at_its_power_cap_is_not_a_throttled_cell(tmp_path, monkeypatch):
     monkeypatch.setattr(nvml, "MIN_ENERGY_WINDOW_S", 0.0)
     result = run_on_fake_nvml(tmp_path, monkeypatch, 0x4)
     assert result.energy["slowdowns"] == [] and result.energy["power_capped"] is True
-    row = tables.summary_table(tables.long_table([result])).iloc[0]
+    row = tables.summary_table(flat.long_table([result])).iloc[0]
     assert row.cell_flags == "" and not row.text.endswith(tables.FLAGGED) and row.power_capped
 
 
@@ -137,7 +137,7 @@ def test_a_window_too_short_for_the_energy_counter_has_no_energy_and_says_why(tm
     energy = result.energy
     assert energy["window_s"] < 1.0 and energy["energy_j"] is None and energy["mean_power_w"] is None
     assert energy["energy_note"].startswith(f"no energy: the timed window lasted {energy['window_s']:.2f} s, under")
-    summary = tables.summary_table(tables.long_table([result]))
+    summary = tables.summary_table(flat.long_table([result]))
     assert summary.iloc[0].energy_j_per_step is None or pd.isna(summary.iloc[0].energy_j_per_step)
     assert tables.energy_table(summary).empty
 

@@ -11,7 +11,7 @@ from kbench.contract import cell
 from kbench.contract.spec import CellSpec, JobSpec
 from kbench.plan import matrix
 from kbench.results import context, registry
-from kbench.results.context import Records, RunContext, Table
+from kbench.results.context import RunContext, Table
 
 RESULTS = REPO / "scripts" / "kbench" / "results"
 

@@ -45,7 +45,7 @@ def results(config):
 
 
 def summary(results):
-    return tables.summary_table(tables.long_table(results))
+    return tables.summary_table(flat.long_table(results))
 
 
 def test_ms_per_step_has_anchor_shape_and_status_texts(results):
@@ -237,7 +237,7 @@ def test_precision_markdown_has_one_section_per_model_task(tmp_path, study):
 def test_cells_long_carries_precision_and_losses(config):
     out = result(config, "resnet50", "fit", 128, "keras3-jax", 10.0, precision="mixed_float16")
     out.loss = {"first_timed_step": 6.9, "last_timed_step": 6.2}
-    row = tables.long_table([out]).iloc[0]
+    row = flat.long_table([out]).iloc[0]
     assert (row.precision, row.loss_first, row.loss_last) == ("mixed_float16", 6.9, 6.2)
 
 
@@ -485,7 +485,7 @@ def test_a_cell_on_a_mig_instance_is_named_mig_and_gets_no_mfu(config):
     rows = summary(cells).set_index("framework")
     assert rows.loc["keras3-jax", "mfu"] > 0 and pd.isna(rows.loc["keras3-torch", "mfu"])
     assert pd.isna(rows.loc["keras3-torch", "peak_tflops"])
-    long = tables.long_table(cells).set_index("framework")
+    long = flat.long_table(cells).set_index("framework")
     assert long.loc["keras3-torch", "gpu_name"] == "NVIDIA H100 80GB HBM3 (MIG)" and long.loc["keras3-torch", "mig"]
     assert long.loc["keras3-jax", "gpu_name"] == "NVIDIA H100 80GB HBM3"
 

@@ -12,9 +12,6 @@ whose results agree (a mismatch or a failed size counts for nothing):
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pandas as pd
 
 from kbench.contract import cell

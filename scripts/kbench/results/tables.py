@@ -27,7 +27,6 @@ equivalence, equivalence_long : the equivalence check's tables (kbench.results.e
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 
@@ -38,8 +37,7 @@ from kbench.models import family
 from kbench.plan import departures
 from kbench.results import equivalence_tables, flops, stats
 from kbench.results.context import Records, RunContext, Table
-from kbench.results.flat import (FORMATS, ROW_KEYS, STUDY_KEYS, long_table, markdown, sections_markdown, write,
-                                 write_long)
+from kbench.results.flat import FORMATS, ROW_KEYS, STUDY_KEYS, long_table, write, write_long
 from kbench.results.equivalence_tables import EQUIVALENCE
 from kbench.contract.precision import baselines as precision_baselines, label as precision_table_label
 

@@ -16,7 +16,6 @@ verdict per row (its rule: tuning_gain, through kbench.results.registry).
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
