@@ -129,3 +129,17 @@ def test_a_figure_saved_twice_is_the_same_bytes(tmp_path):
     plots.plt.close(fig)
     for fmt in ("svg", "png"):
         assert (tmp_path / f"one.{fmt}").read_bytes() == (tmp_path / f"two.{fmt}").read_bytes(), fmt
+
+
+def test_the_gpu_check_imports_where_only_numpy_and_pyyaml_are():
+    """The GPU check runs with what a GPU host already has (kbench.gpucheck.check): the rows it reads of its cells'
+    records (kbench.results.flat.row) must not bring pandas, matplotlib, scipy, DuckDB or Snakemake along."""
+    import os
+    import subprocess
+    import sys
+    blocked = ("pandas", "matplotlib", "scipy", "duckdb", "snakemake")
+    code = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked) + \
+        "import kbench.gpucheck.check, kbench.gpucheck.steps\nprint(kbench.gpucheck.check.flat.row)\n"
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

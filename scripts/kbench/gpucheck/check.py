@@ -39,7 +39,7 @@ from kbench.adapters import _packages
 from kbench.machine.host import REPO
 from kbench.gpu import peaks, preflight
 from kbench.plan import matrix
-from kbench.results import flops
+from kbench.results import flat, flops
 from kbench.run import launch
 from kbench.stacks import envs, lock_path
 from kbench.gpucheck import steps as steps_of
@@ -149,7 +149,6 @@ import json, sys, time
 sys.path.insert(0, {scripts!r})
 from kbench.instruments import numerics
 from kbench.adapters import _hooks
-from kbench.results import flat
 framework, mode = sys.argv[1], sys.argv[2]
 hooks = _hooks.torch_hooks() if framework == "torch" else _hooks.jax_hooks()
 switches = hooks["set_tf32"](mode, "float32")

@@ -58,10 +58,9 @@ from kbench.contract import cell
 from kbench import files
 from kbench.machine.host import REPO
 from kbench.plan import config_check, matrix
-from kbench.results import stats
+from kbench.results import flat, stats
 from kbench.run import launch
 from kbench.stacks import envs, images, lock_name, lockcheck, lockgroups
-from kbench.results import flat
 
 RUNTIMES = ("host", "podman")
 MOST = 0.5          # a group that moves more than half the change explains it, even where it differs from new

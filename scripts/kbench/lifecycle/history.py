@@ -36,10 +36,9 @@ import duckdb
 import pandas as pd
 
 from kbench.contract import cell
-from kbench.results import stats
+from kbench.results import flat, stats
 from kbench.lifecycle.archive import Run, cell_names
 from kbench.files import BadFile, kind
-from kbench.results import flat
 
 STORE = Path("results/history")
 DATABASE = "history.duckdb"

@@ -37,8 +37,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED, table
-from kbench.results import stats, tables
-from kbench.results import flat
+from kbench.results import flat, stats, tables
 
 CANNOT_OBSERVE = "cannot be observed here"
 MATH = ("matmul_conv",)

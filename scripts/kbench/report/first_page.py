@@ -24,8 +24,7 @@ from kbench.lifecycle import history
 from kbench.plan import matrix
 from kbench.report import explanations, verdicts
 from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED
-from kbench.results import first_step_tables, flops, stats, tables
-from kbench.results import flat
+from kbench.results import first_step_tables, flat, flops, stats, tables
 
 
 

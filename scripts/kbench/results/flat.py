@@ -1,13 +1,16 @@
 """The one place a cell's record becomes a table's row, and how every table is written: row (a record, flat),
 long_table and write_long (one row per repeat), write (CSV for programs, Markdown for reading, HTML for the report),
-markdown and sections_markdown; ROW_KEYS, the keys of a table's row."""
+markdown and sections_markdown; ROW_KEYS, the keys of a table's row. pandas is imported where a table is made: the GPU
+check reads its cells' rows (row) on a host with NumPy and PyYAML only."""
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from kbench.contract import cell
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_KEYS = ["model", "task", "batch_size", "precision"]
 STUDY_KEYS = ["model", "task", "batch_size"]
@@ -74,6 +77,7 @@ def row(result: cell.CellResult) -> dict:
 
 def long_table(results: list[cell.CellResult]) -> pd.DataFrame:
     """One row per repeat of each cell (row), in the order given: the config's order of cells."""
+    import pandas as pd
     return pd.DataFrame([row(result) for result in results])
 
 
