@@ -65,8 +65,8 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cel
             if path.is_file() and not path.name.endswith(".tmp"):
                 files[str(path.relative_to(results))] = path
     for path in registry.files(config, suite, results / "tables" / suite, results / "plots" / suite, archived=True):
-        if Path(path).parent == results / "tables" / suite:        # the suite's own tables (the profiles' are above)
-            files[str(Path(path).relative_to(results))] = Path(path)
+        if Path(path).parent in (results / "tables" / suite, results / "plots" / suite):    # the suite's own (the
+            files[str(Path(path).relative_to(results))] = Path(path)                       # profiles' are above)
     files[f"report/{suite}.html"] = report
     base = results / "images" / "base.json"      # the base's full Debian package manifest, where podman built it
     for record in [*environment_records, *images, *([base] if base.exists() else [])]:
