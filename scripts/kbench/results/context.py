@@ -22,6 +22,11 @@ from kbench.plan import departures, matrix
 RECORD_KINDS = ("cells", "ladder", "warm", "equivalence", "environments", "jax_numpy")
 
 
+def folder(root: str | Path, profile: str | None) -> Path:
+    """Where a table's files go under the suite's tables (or plots) folder: its profile's folder, or the suite's."""
+    return Path(root) / profile if profile else Path(root)
+
+
 @dataclass(frozen=True)
 class RunContext:
     suite: str
@@ -53,13 +58,11 @@ class RunContext:
 
     @property
     def tables_dir(self) -> Path:
-        return self.tables_root / self.profile if self.profile else self.tables_root
+        return folder(self.tables_root, self.profile)
 
     @property
     def plots_dir(self) -> Path | None:
-        if self.plots_root is None:
-            return None
-        return self.plots_root / self.profile if self.profile else self.plots_root
+        return None if self.plots_root is None else folder(self.plots_root, self.profile)
 
     def tables_of(self, profile: str) -> Path:
         return self.tables_root / profile

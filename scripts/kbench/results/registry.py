@@ -16,7 +16,7 @@ from kbench.machine import environment_records
 from kbench.plan import matrix
 from kbench.results import (batch, breakdown_tables, departures_page, facts, first_step_tables, jax_numpy_tables,
                             plots, tables, tuning)
-from kbench.results.context import RECORD_KINDS, Records, RunContext, Table
+from kbench.results.context import RECORD_KINDS, Records, RunContext, Table, folder
 
 TABLES: tuple[Table, ...] = (tables.TABLE, plots.TABLE, breakdown_tables.TABLE, first_step_tables.TABLE, batch.TABLE,
                              tuning.TABLE, departures_page.TABLE, facts.TABLE, jax_numpy_tables.TABLE)
@@ -35,9 +35,8 @@ def files(config: dict, suite: str, tables_root: str | Path, plots_root: str | P
     for table, profile in planned(config, suite):
         if archived and not table.archived:
             continue
-        run = RunContext.of(config, suite, profile, tables_root, plots_root)
-        found += [str(run.tables_dir / name) for name in table.outputs]
-        found += [str(run.plots_dir / name) for name in table.plots]
+        found += [str(folder(tables_root, profile) / name) for name in table.outputs]
+        found += [str(folder(plots_root, profile) / name) for name in table.plots]
     return found
 
 
