@@ -73,9 +73,38 @@ def test_a_host_with_four_gpus_runs_four_cells_at_once_each_on_its_own_gpu_and_a
     assert fifth[0] >= min(end for _, end, _ in first_four)          # the fifth waited for a GPU to be free
 
 
-def run_on_fake_nvml(tmp_path, monkeypatch, reasons: int, timed: int = 10):
-    """One synthetic cell in process, on GPU-fake-2 of the fake NVML reporting these clock-event reasons."""
+class WindowClock:
+    """A fake clock that stands still but across the timed window, which lasts exactly `window_s` on it: the window
+    monitor (kbench.gpu.nvml) and the fake NVML's energy counter both read it, so the energy of the window is 300 W x
+    window_s whatever else the machine is doing (on a real clock a loaded machine moves it between the monitor's read
+    of the counter and of the clock)."""
+
+    def __init__(self, window_s: float):
+        self.now, self.window_s = 1000.0, window_s
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def install(self, monkeypatch, fake_nvml) -> None:
+        import types
+        from kbench.gpu import nvml
+        monkeypatch.setattr(nvml, "time", types.SimpleNamespace(monotonic=self.monotonic))
+        monkeypatch.setattr(fake_nvml, "clock", self.monotonic)
+        stop = nvml.WindowMonitor.stop
+
+        def stop_after_the_window(monitor):
+            self.now += self.window_s
+            return stop(monitor)
+        monkeypatch.setattr(nvml.WindowMonitor, "stop", stop_after_the_window)
+
+
+def run_on_fake_nvml(tmp_path, monkeypatch, reasons: int, timed: int = 10, window_s: float | None = None):
+    """One synthetic cell in process, on GPU-fake-2 of the fake NVML reporting these clock-event reasons; with
+    window_s, its timed window lasts exactly that on a fake clock (WindowClock), else on the machine's."""
     sys.path.insert(0, str(FAKE_NVML))
+    if window_s is not None:
+        import pynvml
+        WindowClock(window_s).install(monkeypatch, pynvml)
     monkeypatch.setenv("KBENCH_FAKE_NVML_REASONS", str(reasons))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-2")
     from test_launch import synthetic_spec
@@ -95,16 +124,18 @@ def run_on_fake_nvml(tmp_path, monkeypatch, reasons: int, timed: int = 10):
 
 def test_cells_read_energy_clocks_and_slowdowns_from_nvml_around_the_window(tmp_path, monkeypatch):
     """In process, against the fake NVML: 300 W on an H100 that reported a thermal slowdown and its software power
-    cap in the window: the slowdown flags the number, the power cap is recorded and flags nothing."""
+    cap in the window: the slowdown flags the number, the power cap is recorded and flags nothing. The window lasts
+    2 s on a fake clock that the fake NVML's energy counter reads too: 600 J, exactly, on any machine's load."""
     from kbench.gpu import nvml
-    monkeypatch.setattr(nvml, "MIN_ENERGY_WINDOW_S", 0.0)        # the synthetic window is short
-    result = run_on_fake_nvml(tmp_path, monkeypatch, 0x20 | 0x4 | 0x1)   # thermal, power cap, idle (no slowdown)
+    result = run_on_fake_nvml(tmp_path, monkeypatch, 0x20 | 0x4 | 0x1,     # thermal, power cap, idle (no slowdown)
+                              window_s=2 * nvml.MIN_ENERGY_WINDOW_S)
     facts = result.provenance["device_facts"]["nvml"]
     assert facts["uuid"] == "GPU-fake-2" and facts["name"] == "NVIDIA H100 80GB HBM3" and facts["index"] == 2
     energy = result.energy
     assert energy["slowdowns"] == ["thermal (software)"] and energy["power_capped"] is True
-    assert energy["energy_j"] == pytest.approx(300 * energy["window_s"], rel=0.05)
-    assert energy["mean_power_w"] == pytest.approx(300, rel=0.05)
+    assert energy["window_s"] == 2 * nvml.MIN_ENERGY_WINDOW_S and energy["energy_note"] is None
+    assert energy["energy_j"] == pytest.approx(300 * energy["window_s"], rel=1e-6)
+    assert energy["mean_power_w"] == pytest.approx(300, rel=1e-6)
     assert energy["sm_clock_mhz_mean"] == 1980 and energy["memory_clock_mhz_mean"] == 2619
     assert energy["temperature_c_max"] == 61 and energy["samples"] >= 1
     assert energy["processes_before_window"] == [{"pid": 4242, "used_bytes": 3 * 2**30}]    # in the cell's record

@@ -1,5 +1,6 @@
 """A stand-in for nvidia-ml-py on a machine without a GPU: four H100s (GPU-fake-0..3), each drawing 300 W (the
-energy counter grows with time), SM 1980 MHz, memory 2619 MHz, 61 C, one compute process holding 3 GiB (more in
+energy counter grows with `clock`: time.monotonic, or a fake clock a test sets so that the energy does not depend on
+the machine's load), SM 1980 MHz, memory 2619 MHz, 61 C, one compute process holding 3 GiB (more in
 KBENCH_FAKE_NVML_PIDS: comma-separated PIDs, each holding 1 GiB), application clocks at their defaults (SM 1980, memory
 2619; the SM one in KBENCH_FAKE_NVML_APPLICATION_SM_MHZ), and the clock-event reasons in KBENCH_FAKE_NVML_REASONS (an
 int bitmask, default none). Only what kbench.gpu.nvml calls."""
@@ -8,7 +9,7 @@ import time
 from types import SimpleNamespace
 
 NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
-_START = time.monotonic()
+clock = time.monotonic
 _UUIDS = [f"GPU-fake-{i}" for i in range(4)]
 
 
@@ -69,7 +70,7 @@ def nvmlDeviceGetEnforcedPowerLimit(handle):
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle):
-    return int((time.monotonic() - _START) * 300 * 1e3)        # mJ at 300 W
+    return int(clock() * 300 * 1e3)        # mJ at 300 W since the clock's origin (NVML's: since the driver loaded)
 
 
 def nvmlDeviceGetClockInfo(handle, kind):
