@@ -41,8 +41,14 @@ def test_the_gpu_check_runs_its_plan_and_prints_one_table(tmp_path):
     assert "acceptance steps" in out and not any(row["status"].startswith("FAILED") for row in steps.values()), steps
     assert set(steps) >= {"CPU shares by core", "a second account's lease", "CPU pinning (preinstalled)",
                           "launched device (preinstalled)", "float32 conv probe", "busy share against the window",
-                          "device UUID"}, steps
+                          "device UUID", "breakdown by kind"}, steps
     assert steps["device UUID"]["status"] == "passed" and "GPU-fake-" in steps["device UUID"]["figures"], steps
+    # the synthetic stack's trace has no device lanes: its breakdowns are named, not read as a framework's
+    assert steps["breakdown by kind"] == {"step": "breakdown by kind", "status": "not measured: no GPU cell with a "
+                                          "framework's breakdown ran", "figures": "no breakdown of a framework's GPU "
+                                          "trace: synthetic-1, synthetic-2, synthetic-3, synthetic-4"}, steps
+    assert "| breakdown by kind " in out and "breakdown by kind" in (tmp_path / "out").joinpath(
+        next((tmp_path / "out").iterdir()).name, "gpucheck.md").read_text()
 
 
 def test_the_gpu_check_stops_starting_cells_at_its_deadline(tmp_path):

@@ -197,3 +197,52 @@ def test_any_step_that_fails_fails_the_check(unknown, probes, rows, status):
     found, verdict = gpucheck.outcome(GPU, unknown, probes, rows)
     assert found == status, verdict
     assert verdict.startswith("passed" if status == 0 else "FAILED: 1 step(s): ")
+
+
+@pytest.fixture
+def launched_specs(monkeypatch):
+    """run_plan's cells recorded instead of started: each one's spec."""
+    from kbench.run import launch
+    started = []
+    monkeypatch.setattr(launch, "run_cell", lambda spec, *args: started.append(spec))
+    monkeypatch.setattr(envs, "record_preinstalled", lambda *args: None)
+    monkeypatch.setattr(gpucheck, "summary", lambda result: {"status": "ok"})
+    return started
+
+
+def plan_cell(framework: str) -> tuple:
+    return next(c for c in gpucheck.PLAN if c[4] == framework)
+
+
+def test_the_plan_runs_the_other_profilers_gpu_traces(tmp_path, launched_specs):
+    """Keras 3 on TensorFlow (XLA), Keras 2 as the anchor runs it (SAM predict without XLA) and Paddle, each profiled
+    for its breakdown; the Keras 2 cell starts with an eager cell's time left, which a compiled one would not get."""
+    found = {p: "1" for p in ("tensorflow", "tf_keras", "keras_nlp", "keras_cv", "keras", "keras_hub", "paddle",
+                              "paddlenlp")}
+    plan = [plan_cell("keras3-tensorflow"), plan_cell("keras2"), plan_cell("paddle-dygraph")]
+    rows = gpucheck.run_plan(gpu_config(), plan, sys.executable, found, tmp_path, time.monotonic() + 600, None)
+    assert [row["cell"] for row in rows] == ["bert fit bs32 float32 keras3-tensorflow",
+                                             "sam predict bs4 float32 keras2 (anchor)",
+                                             "bert fit bs32 float32 paddle-dygraph"], rows
+    assert [(s.framework, s.profile, s.settings["jit_compile"]) for s in launched_specs] == [
+        ("keras3-tensorflow", "strict", True), ("keras2", "anchor", False), ("paddle-dygraph", "strict", False)]
+    assert all(s.steps.breakdown > 0 for s in launched_specs)
+    launched_specs.clear()
+    eager = gpucheck.CELL_START_S["eager"] + gpucheck.STOP_S + 1
+    assert eager < gpucheck.CELL_START_S["compiled"] + gpucheck.STOP_S
+    rows = gpucheck.run_plan(gpu_config(), plan[:2], sys.executable, found, tmp_path, time.monotonic() + eager, None)
+    assert [row["status"] for row in rows] == ["not run: deadline", "ok"], rows
+
+
+@pytest.mark.parametrize("absent, skipped", [("paddlenlp", "bert fit bs32 float32 paddle-dygraph"),
+                                             ("paddle", "bert fit bs32 float32 paddle-dygraph"),
+                                             ("keras_cv", "sam predict bs4 float32 keras2 (anchor)")])
+def test_a_plan_cell_whose_models_package_is_missing_is_skipped_not_failed(tmp_path, launched_specs, absent, skipped):
+    """Paddle's column names no required package (kbench.adapters._packages) and Keras 2's SAM is keras-cv's: the
+    check looks for them itself, so that an interpreter without them skips the cell instead of failing it."""
+    found = {p: "1" for p in ("tensorflow", "tf_keras", "keras_nlp", "keras_cv", "paddle", "paddlenlp")}
+    rows = gpucheck.run_plan(gpu_config(), [plan_cell("keras2"), plan_cell("paddle-dygraph")], sys.executable,
+                             {**found, absent: None}, tmp_path, time.monotonic() + 600, None)
+    statuses = {row["cell"]: row["status"] for row in rows}
+    assert statuses.pop(skipped) == f"skipped: {absent} missing" and set(statuses.values()) == {"ok"}, rows
+    assert {"paddle", "paddlenlp", "keras_cv"} <= set(gpucheck.PACKAGES)       # looked for, and printed

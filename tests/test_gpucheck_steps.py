@@ -330,3 +330,88 @@ def test_the_mig_step_lists_instances_in_one_line_and_fails_a_mig_gpu_without_on
     assert passed(row) and row["figures"] == "0:0 NVIDIA A100-SXM4-40GB MIG 3g.20gb; 1 NVIDIA A100-SXM4-40GB", row
     assert steps_of.mig_step(host_with("0, Enabled\n1, Enabled\n"))["status"].startswith(
         "FAILED: GPU 1 in MIG mode with no MIG instance")
+
+
+# ---------------------------------------------------------------- the cells' breakdowns by kind
+
+def profiled(framework="keras3-jax", model="bert", task="fit", batch=32, profile="strict", config=None, status="ok",
+             **found):
+    """A GPU cell whose breakdown is one the tables can use (an XLA cell's: its programs read), `found` replacing its
+    fields."""
+    spec = matrix.spec({**(config or CONFIG), "accelerator": "gpu"}, "smoke", model, task, batch, "float32",
+                       framework, profile)
+    result = cell.new_result(spec, {}, status)
+    result.breakdown = {"steps": 3, "closes": True, "device": "gpu", "waiting_basis": "timed",
+                        "per_step": {"step_ms": [10.0, 10.0, 10.0]}, "programs_read": 2, "xla_share": 0.9,
+                        "read_from": {"program": 0.9, "name": 0.1}, **found}
+    return result
+
+
+# Keras 2 as the anchor runs SAM predict: without XLA, its kernels tied to their TensorFlow ops by their launchers
+KERAS2_EAGER = dict(framework="keras2", model="sam", task="predict", batch=4, profile="anchor", programs_read=0,
+                    xla_share=0.0, read_from={"launcher": 0.6, "name": 0.4})
+
+
+def test_breakdowns_that_close_per_step_on_the_timed_basis_with_their_programs_and_ops_pass():
+    cells = [profiled(), profiled("keras3-tensorflow"), profiled(**KERAS2_EAGER),
+             profiled("native-torch-eager", programs_read=0, xla_share=0.0, read_from={"name": 1.0}),
+             profiled("paddle-dygraph", programs_read=0, xla_share=0.0, read_from={"launcher": 0.3, "name": 0.7})]
+    assert matrix.spec({**CONFIG, "accelerator": "gpu"}, "smoke", "sam", "predict", 4, "float32", "keras2",
+                       "anchor").settings["jit_compile"] is False        # the anchor's Keras 2 without XLA
+    row = steps_of.breakdown_step(cells)
+    assert passed(row), row
+    assert row["figures"].startswith("keras3-jax: closes, 3 steps, 2 XLA programs, read from program 90%, name 10%; "
+                                     ), row
+    assert "keras2: closes, 3 steps, 0 XLA programs, read from launcher 60%, name 40%" in row["figures"], row
+
+
+@pytest.mark.parametrize("result, words", [
+    (profiled(closes=False, why="no device activity recorded"), ["keras3-jax: does not close (no device activity "
+                                                                 "recorded)"]),
+    (profiled(closes=None), ["does not close (no reason given)"]),
+    (profiled(per_step=None), ["per-step figures for no of its 3 steps"]),
+    (profiled(per_step={"step_ms": [10.0, 10.0]}), ["per-step figures for 2 of its 3 steps"]),
+    (profiled(waiting_basis="profiled"), ["waiting on the profiled basis, not the timed window's"]),
+    (profiled(programs_read=0), ["keras3-jax: XLA programs not read (0 read, 90% of the ops' time"]),
+    (profiled(read_from={"fusion name": 0.9, "name": 0.1}), ["XLA programs not read (2 read, 0% of the ops' time"]),
+    (profiled("keras3-tensorflow", programs_read=0, read_from={"launcher": 1.0}), ["keras3-tensorflow: XLA programs "
+                                                                                   "not read"]),
+    (profiled("keras2", programs_read=0, xla_share=0.0, read_from={"launcher": 1.0}), ["keras2: XLA programs not "
+                                                                                       "read"]),     # jit_compile
+    (profiled("native-torch-eager", programs_read=0, xla_share=0.01, read_from={"name": 1.0}),
+     ["native-torch-eager: XLA programs not read"]),                                                # xla_share
+    (profiled(**{**KERAS2_EAGER, "read_from": {"name": 0.9, "scope": 0.1}}),
+     ["keras2: kernels not tied to their ops (read by kernel name alone: name 90%, scope 10%)"]),
+    (profiled("keras3-tensorflow", programs_read=0, xla_share=0.0, read_from={"name": 1.0}),
+     ["keras3-tensorflow: XLA programs not read", "kernels not tied to their ops"]),
+])
+def test_a_breakdown_that_does_not_close_lacks_steps_or_timed_waiting_or_left_programs_or_ops_unread_fails(result,
+                                                                                                       words):
+    assert failed(steps_of.breakdown_step([profiled(), result]), f"{result.cell_id}: ", *words)
+
+
+def test_a_tensorflow_kernel_tied_to_its_op_once_passes_and_a_torch_one_read_by_name_is_no_tensorflow_cell():
+    """The tie's line: a launcher share of 1% ties Keras 2's kernels; torch's and Paddle's kernels read by name alone
+    are not asked for one (their own linkage: External id, correlation id)."""
+    assert passed(steps_of.breakdown_step([profiled(**{**KERAS2_EAGER, "read_from": {"launcher": 0.01,
+                                                                                    "name": 0.99}})]))
+    assert passed(steps_of.breakdown_step([profiled("native-torch-eager", programs_read=0, xla_share=0.0,
+                                                    read_from={"name": 1.0})]))
+
+
+def test_breakdowns_without_a_frameworks_gpu_trace_are_not_measured():
+    """The synthetic stack pretends to a GPU (its trace has no device lanes: it never closes there), and a cell whose
+    spec asked for no breakdown has none: both named, neither counted."""
+    from kbench.gpucheck import check
+    import yaml
+    from conftest import REPO
+    config, _ = check.synthetic_config({**yaml.safe_load((REPO / "config.yaml").read_text()), "accelerator": "gpu"})
+    synthetic = profiled("synthetic-1", "synthetic", "fit", 4, config=config, closes=False)
+    unprofiled = profiled()
+    unprofiled.breakdown = None
+    row = steps_of.breakdown_step([synthetic, unprofiled])
+    assert row["status"] == "not measured: no GPU cell with a framework's breakdown ran", row
+    assert row["figures"] == "no breakdown of a framework's GPU trace: synthetic-1, keras3-jax", row
+    assert failed(steps_of.breakdown_step([synthetic, profiled(closes=False)]), "does not close")
+    assert steps_of.breakdown_step([profiled(status="failed")]) == steps_of.step(
+        "breakdown by kind", "not measured: no GPU cell ran")

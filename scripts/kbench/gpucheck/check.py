@@ -11,7 +11,7 @@ runner and records as the workflow) in priority order until the deadline, at the
 table (status, device, probe, ms/step, MFU, memory, J/step, compiles in the window, graph breaks) and writes every
 cell JSON under --out. Around them, its acceptance steps (kbench.gpucheck.steps: the CPU shares by core, a
 second account's lease, a process started as a cell is in each runtime on its CPUs and its leased GPU, a float32 conv
-probe, the busy share against the window, the cells' device UUIDs), one table: each passed, FAILED or not measured
+probe, the busy share against the window, the cells' device UUIDs, the cells' breakdowns by kind), one table: each passed, FAILED or not measured
 with why. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
 plumbing without any framework.
 
@@ -45,13 +45,23 @@ from kbench.stacks import envs, lock_path
 from kbench.gpucheck import steps as steps_of
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "diffusers", "segment_anything", "keras", "keras_hub",
-            "keras_cv", "keras_nlp", "jax", "tensorflow", "tf_keras", "numpy", "yaml", "pynvml")
-# The cells that say most about a GPU host, first first: (model, task, batch, precision, framework) at smoke size.
+            "keras_cv", "keras_nlp", "jax", "tensorflow", "tf_keras", "paddle", "paddlenlp", "numpy", "yaml",
+            "pynvml")
+# What a plan cell imports beyond its column's required packages (kbench.adapters._packages.REQUIRED, which names
+# none for Paddle): a missing one skips the cell, as a missing framework does, rather than failing it
+CELL_NEEDS = {("paddle", "bert"): ("paddle", "paddlenlp"), ("keras2", "sam"): ("keras_cv",)}
+# The cells that say most about a GPU host, first first: (model, task, batch, precision, framework[, profile]) at
+# smoke size, in the strict profile unless one is named. Each has its breakdown by kind (config breakdown), read by the
+# breakdown step: after the torch and JAX cells, the other profilers' GPU traces (Keras 3 on TensorFlow under XLA,
+# Keras 2 without XLA, as the anchor runs SAM predict: TensorFlow's kernels tied to their ops, and Paddle's).
 PLAN = [
     ("bert", "fit", 32, "float32", "native-torch-compiled"),
     ("gemma", "generate", 1, "bfloat16", "native-torch-compiled"),
     ("gemma", "fit", 8, "bfloat16", "native-torch-compiled"),
     ("bert", "fit", 32, "float32", "keras3-jax"),
+    ("bert", "fit", 32, "float32", "keras3-tensorflow"),
+    ("sam", "predict", 4, "float32", "keras2", "anchor"),
+    ("bert", "fit", 32, "float32", "paddle-dygraph"),
     ("bert", "fit", 32, "float32", "keras3-torch"),
     ("resnet50", "fit", 128, "mixed_float16", "native-torch-eager"),
     ("resnet50", "fit", 128, "mixed_float16", "keras3-jax"),
@@ -72,7 +82,8 @@ PYTHON = "expected a Python 3.11 or 3.12 interpreter, e.g. --python /opt/conda/b
 # but no TensorFlow, `import keras` (and keras_hub) would then fail and both Keras 3 columns read missing. Each Keras 3
 # cell gets its column's backend (config framework_defs); the check imports Keras on the first backend installed.
 KERAS_BACKENDS = ("jax", "torch", "tensorflow")
-IMPORTS = ("import importlib, importlib.util, json, os, sys\n"
+# zlib before paddle: paddle's libpaddle.so exports an old zlib that the system's would call (kbench.adapters.paddle)
+IMPORTS = ("import importlib, importlib.util, json, os, sys, zlib\n"
            "if not os.environ.get('KERAS_BACKEND'):\n"
            f"    os.environ['KERAS_BACKEND'] = next((b for b in {KERAS_BACKENDS!r} if importlib.util.find_spec(b)), "
            "'tensorflow')\n"
@@ -225,20 +236,23 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
              timed: int | None) -> list[dict]:
     rows = []
     records_dir = out / "environments"
-    for model, task, batch, precision_name, framework in plan:
+    for model, task, batch, precision_name, framework, *named in plan:
+        profile = named[0] if named else "strict"
         definition = config["framework_defs"][framework]
         # what the column needs importable in the interpreter (kbench.adapters._packages)
-        needs = _packages.required_modules(definition["adapter"], definition["env"].get("KERAS_BACKEND"))
+        needs = (_packages.required_modules(definition["adapter"], definition["env"].get("KERAS_BACKEND"))
+                 + CELL_NEEDS.get((definition["adapter"], model), ()))
         missing = [p for p in needs if not found.get(p)]
-        row = {"cell": f"{model} {task} bs{batch} {precision_name} {framework}"}
+        row = {"cell": f"{model} {task} bs{batch} {precision_name} {framework}"
+                       + (f" ({profile})" if profile != "strict" else "")}
         remaining = deadline - time.monotonic()
         if missing:
             rows.append({**row, "status": f"skipped: {', '.join(missing)} missing"})
             continue
-        if remaining - STOP_S < start_s(definition):
+        spec = matrix.spec(config, "smoke", model, task, batch, precision_name, framework, profile)
+        if remaining - STOP_S < start_s(definition, spec.settings):
             rows.append({**row, "status": "not run: deadline"})
             continue
-        spec = matrix.spec(config, "smoke", model, task, batch, precision_name, framework, "strict")
         if timed:
             spec = spec.replace(steps=dataclasses.replace(spec.steps, timed=timed, blocks=min(spec.steps.blocks, timed)))
         stack = definition["stack"]
@@ -253,12 +267,14 @@ def run_plan(config: dict, plan: list[tuple], python: str, found: dict, out: Pat
     return rows
 
 
-def start_s(definition: dict) -> float:
-    """The seconds a cell of this column needs at least (CELL_START_S): compiled columns more than eager ones; the
-    synthetic stack its build time and its process."""
+def start_s(definition: dict, settings: dict | None = None) -> float:
+    """The seconds a cell of this column needs at least (CELL_START_S): compiled cells more than eager ones (the
+    cell's own settings where given: a profile may run a compiled column uncompiled); the synthetic stack its build
+    time and its process."""
     if definition["adapter"] == "synthetic":
         return float(definition["env"].get("KBENCH_SYNTHETIC_BUILD_S", 0)) + SYNTHETIC_START_S
-    return CELL_START_S["compiled" if definition["jit_compile"] else "eager"]
+    compiled = (settings or definition)["jit_compile"]
+    return CELL_START_S["compiled" if compiled else "eager"]
 
 
 def summary(result: cell.CellResult) -> dict:
@@ -357,7 +373,8 @@ def check(args: argparse.Namespace) -> int:
     table = text_table(rows)
     print(f"\ncells (smoke sizes, strict profile, runtime preinstalled; JSONs under {out / 'cells'})\n{table}")
     ran = [cell.read(path) for path in sorted((out / "cells").rglob("*.json"))]
-    steps += [steps_of.conv_probe_step(probes), steps_of.busy_share_step(ran), steps_of.device_uuid_step(ran)]
+    steps += [steps_of.conv_probe_step(probes), steps_of.busy_share_step(ran), steps_of.device_uuid_step(ran),
+              steps_of.breakdown_step(ran)]
     print(f"\nacceptance steps\n{text_table(steps)}")
     (out / "gpucheck.md").write_text(f"{table}\n\n{text_table(steps)}\n")
     status, verdict = outcome(gpus, unknown, probes, rows, steps)

@@ -17,6 +17,9 @@ that ran). The steps:
   window's ms/step, in (0, 1];
 - device UUID: every GPU cell compared the device its framework ran on with its lease (kbench.run.runner
   .check_device_identity) and recorded it checked;
+- breakdown by kind: every GPU cell's breakdown (kbench.breakdown.measure) closes, has each profiled step's figures
+  and the timed window's waiting; an XLA cell read its programs from the profiler's XSpace, and a TensorFlow cell tied
+  its kernels to the ops that launched them;
 - compile cache across GPU models: a cache built on another GPU model (or a MIG instance of this one) is refused
   for this GPU, one built on this model is not (kbench.instruments.compile_cache.refusal);
 - identity on an index lease: with this GPU leased by index (podman's CDI) and no UUID from the framework (JAX,
@@ -311,6 +314,68 @@ def device_uuid_step(results: list[cell.CellResult]) -> dict:
     figures = "; ".join(f"{cell_id.rsplit('/', 1)[-1]}: {found.get('uuid')} ({found.get('uuid_from')})"
                         for cell_id, found in identities.items() if found.get("checked"))
     return step(name, failed("; ".join(unchecked)) if unchecked else PASSED, figures)
+
+
+# The columns that run their step in XLA programs where the cell compiles it (jit_compile); any cell whose breakdown
+# found time in XLA's ops (xla_share) is one too
+XLA_COLUMNS = ("keras3-jax", "keras3-tensorflow", "keras2")
+# The columns whose GPU kernels XProf's trace ties to the TensorFlow op that launched them (tf_op) or, under XLA, to
+# their HLO instruction
+TF_COLUMNS = ("keras2", "keras3-tensorflow")
+
+
+def breakdown_problems(result: cell.CellResult) -> list[str]:
+    """What a GPU cell's breakdown (kbench.breakdown.measure) lacks of what the tables need from it: it closes, it has
+    each profiled step's figures, its waiting is the timed window's, an XLA cell read its programs' contents from the
+    profiler's XSpace, and a TensorFlow cell's kernels were tied to the ops that launched them (a kernel read by its
+    bare name alone says nothing of a cuBLAS or Eigen kernel's op)."""
+    found, spec = result.breakdown, result.spec
+    if not found.get("closes"):
+        return [f"does not close ({found.get('why') or 'no reason given'})"]
+    problems = []
+    per_step = (found.get("per_step") or {}).get("step_ms")
+    if per_step is None or len(per_step) != found.get("steps"):
+        problems.append(f"per-step figures for {'no' if per_step is None else len(per_step)} of its "
+                        f"{found.get('steps')} steps")
+    if found.get("waiting_basis") != "timed":
+        problems.append(f"waiting on the {found.get('waiting_basis')} basis, not the timed window's")
+    read_from = found.get("read_from") or {}
+    if (found.get("xla_share") or 0) > 0 or (spec.framework in XLA_COLUMNS and spec.settings.get("jit_compile")):
+        if not found.get("programs_read") or not read_from.get("program"):
+            problems.append(f"XLA programs not read ({found.get('programs_read') or 0} read, "
+                            f"{read_from.get('program', 0):.0%} of the ops' time read from them)")
+    if spec.framework in TF_COLUMNS and not read_from.get("launcher") and not read_from.get("program"):
+        problems.append("kernels not tied to their ops (read by kernel name alone: "
+                        + ", ".join(f"{source} {share:.0%}" for source, share in read_from.items()) + ")")
+    return problems
+
+
+def breakdown_step(results: list[cell.CellResult]) -> dict:
+    """Every GPU cell profiled for its breakdown by kind has one the tables can use (breakdown_problems); a cell of
+    the synthetic stack (its trace has no device lanes) and one whose spec asked for no breakdown are named and not
+    counted."""
+    name = "breakdown by kind"
+    ran = gpu_cells(results)
+    if not ran:
+        return step(name, not_measured("no GPU cell ran"))
+    problems, figures, unread = [], [], []
+    for result in ran:
+        where = result.cell_id.rsplit("/", 1)[-1]
+        if result.breakdown is None or result.spec.adapter == "synthetic":
+            unread.append(where)
+            continue
+        found = [f"{result.cell_id}: {problem}" for problem in breakdown_problems(result)]
+        problems += found
+        if not found:
+            read_from = result.breakdown.get("read_from") or {}
+            figures.append(f"{where}: closes, {len(result.breakdown['per_step']['step_ms'])} steps, "
+                           f"{result.breakdown.get('programs_read', 0)} XLA programs, read from "
+                           + ", ".join(f"{source} {share:.0%}" for source, share in read_from.items()))
+    if unread:
+        figures.append(f"no breakdown of a framework's GPU trace: {', '.join(unread)}")
+    if not problems and len(unread) == len(ran):
+        return step(name, not_measured("no GPU cell with a framework's breakdown ran"), "; ".join(figures))
+    return step(name, failed("; ".join(problems)) if problems else PASSED, "; ".join(figures))
 
 
 def cache_across_models_step(devices: list[dict]) -> dict:
