@@ -268,37 +268,51 @@ def gpu_cells(results: list[cell.CellResult]) -> list[cell.CellResult]:
     return [r for r in results if r.status == "ok" and preflight.is_gpu(r.spec.accelerator)]
 
 
+def each_gpu_cell(name: str, results: list[cell.CellResult], read, unread: str, none_read: str) -> dict:
+    """A step over every GPU cell that ran: read(result) is None for a cell the step does not count (named after
+    `unread`), else (its problems, its figure or None). Passed where no counted cell has a problem; not measured where
+    no GPU cell ran, or none was counted (none_read)."""
+    ran = gpu_cells(results)
+    if not ran:
+        return step(name, not_measured("no GPU cell ran"))
+    problems, figures, left = [], [], []
+    for result in ran:
+        found = read(result)
+        if found is None:
+            left.append(result.cell_id.rsplit("/", 1)[-1])
+            continue
+        problems += found[0]
+        figures += [found[1]] if found[1] else []
+    if left:
+        figures.append(f"{unread}: {', '.join(left)}")
+    if not problems and len(left) == len(ran):
+        return step(name, not_measured(none_read), "; ".join(figures))
+    return step(name, failed("; ".join(problems)) if problems else PASSED, "; ".join(figures))
+
+
 def busy_share_step(results: list[cell.CellResult]) -> dict:
     """Every GPU cell whose framework has a device profiler (torch: kbench.adapters._hooks) has a busy share, over
     its own timed window's ms/step (not the profiled steps'), within (0, 1]; a cell without a device profiler says so
     and is not counted."""
-    name = "busy share against the window"
-    ran = gpu_cells(results)
-    if not ran:
-        return step(name, not_measured("no GPU cell ran"))
-    problems, figures, unprofiled = [], [], []
-    for result in ran:
-        busy, where = result.timing.get("device_busy") or {}, result.cell_id.rsplit("/", 1)[-1]
-        share, reason = busy.get("share"), busy.get("reason") or ""
-        if share is None and "no device profiler here" in reason:
-            unprofiled.append(where)
-            continue
-        if share is None:
-            problems.append(f"{result.cell_id}: no share ({reason or 'no reason given'})")
-            continue
-        window = busy.get("window_ms_per_step")
-        if window is None or not math.isclose(window, result.timing["mean_ms"], rel_tol=1e-9):
-            problems.append(f"{result.cell_id}: share over {window} ms/step, not its window's "
-                            f"{result.timing['mean_ms']}")
-        if not 0 < share <= 1:
-            problems.append(f"{result.cell_id}: share {share}")
-        overhead = busy.get("profiler_overhead")
-        figures.append(f"{result.cell_id}: {share:.0%} busy" + (f", profiled x{overhead:.2f}" if overhead else ""))
-    if unprofiled:
-        figures.append(f"no device profiler: {', '.join(unprofiled)}")
-    if not problems and len(unprofiled) == len(ran):
-        return step(name, not_measured("no GPU cell with a device profiler ran"), "; ".join(figures))
-    return step(name, failed("; ".join(problems)) if problems else PASSED, "; ".join(figures))
+    return each_gpu_cell("busy share against the window", results, _busy_share, "no device profiler",
+                         "no GPU cell with a device profiler ran")
+
+
+def _busy_share(result: cell.CellResult) -> tuple[list[str], str | None] | None:
+    busy = result.timing.get("device_busy") or {}
+    share, reason = busy.get("share"), busy.get("reason") or ""
+    if share is None and "no device profiler here" in reason:
+        return None
+    if share is None:
+        return [f"{result.cell_id}: no share ({reason or 'no reason given'})"], None
+    problems = []
+    window = busy.get("window_ms_per_step")
+    if window is None or not math.isclose(window, result.timing["mean_ms"], rel_tol=1e-9):
+        problems.append(f"{result.cell_id}: share over {window} ms/step, not its window's {result.timing['mean_ms']}")
+    if not 0 < share <= 1:
+        problems.append(f"{result.cell_id}: share {share}")
+    overhead = busy.get("profiler_overhead")
+    return problems, f"{result.cell_id}: {share:.0%} busy" + (f", profiled x{overhead:.2f}" if overhead else "")
 
 
 def device_uuid_step(results: list[cell.CellResult]) -> dict:
@@ -354,28 +368,20 @@ def breakdown_step(results: list[cell.CellResult]) -> dict:
     """Every GPU cell profiled for its breakdown by kind has one the tables can use (breakdown_problems); a cell of
     the synthetic stack (its trace has no device lanes) and one whose spec asked for no breakdown are named and not
     counted."""
-    name = "breakdown by kind"
-    ran = gpu_cells(results)
-    if not ran:
-        return step(name, not_measured("no GPU cell ran"))
-    problems, figures, unread = [], [], []
-    for result in ran:
-        where = result.cell_id.rsplit("/", 1)[-1]
-        if result.breakdown is None or result.spec.adapter == "synthetic":
-            unread.append(where)
-            continue
-        found = [f"{result.cell_id}: {problem}" for problem in breakdown_problems(result)]
-        problems += found
-        if not found:
-            read_from = result.breakdown.get("read_from") or {}
-            figures.append(f"{where}: closes, {len(result.breakdown['per_step']['step_ms'])} steps, "
-                           f"{result.breakdown.get('programs_read', 0)} XLA programs, read from "
-                           + ", ".join(f"{source} {share:.0%}" for source, share in read_from.items()))
-    if unread:
-        figures.append(f"no breakdown of a framework's GPU trace: {', '.join(unread)}")
-    if not problems and len(unread) == len(ran):
-        return step(name, not_measured("no GPU cell with a framework's breakdown ran"), "; ".join(figures))
-    return step(name, failed("; ".join(problems)) if problems else PASSED, "; ".join(figures))
+    return each_gpu_cell("breakdown by kind", results, _breakdown, "no breakdown of a framework's GPU trace",
+                         "no GPU cell with a framework's breakdown ran")
+
+
+def _breakdown(result: cell.CellResult) -> tuple[list[str], str | None] | None:
+    if result.breakdown is None or result.spec.adapter == "synthetic":
+        return None
+    problems = [f"{result.cell_id}: {problem}" for problem in breakdown_problems(result)]
+    if problems:
+        return problems, None
+    found = result.breakdown
+    return [], (f"{result.cell_id.rsplit('/', 1)[-1]}: closes, {len(found['per_step']['step_ms'])} steps, "
+                f"{found.get('programs_read', 0)} XLA programs, read from "
+                + ", ".join(f"{source} {share:.0%}" for source, share in (found.get("read_from") or {}).items()))
 
 
 def cache_across_models_step(devices: list[dict]) -> dict:
