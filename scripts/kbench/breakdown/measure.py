@@ -1,8 +1,10 @@
 """In the cell, after its timed window: `steps` more steps under the framework's own profiler, broken down by kind
 (kbench.breakdown.trace), the XLA programs' contents read from the profiler's XSpace (kbench.breakdown.compiled), and
-the trace kept beside the record with those contents inside it, so that it reads the same later."""
+the trace kept beside the record with those contents inside it, so that it reads the same later, and the XSpace
+beside it, which XProf and TensorBoard open."""
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import os
@@ -16,8 +18,12 @@ from kbench.instruments import timing
 from kbench.breakdown import compiled, trace
 
 TRACE_NAME = "result.trace.json.gz"     # beside the cell's record (the launcher moves result.* out of its staging)
-# A trace kept with the run, compressed, at most this: a tiny cell's is 10-200 KB, an eager LLM generate's 20-30 MB;
-# one over it keeps its first whole steps and says how many
+# The profiler's own XSpace where it wrote one (JAX, TensorFlow: what XProf and TensorBoard open; 0.7-3.2 MB for the
+# tiny BERT cells), kept beside the trace; a second one, where a profiler wrote several, is result.xplane.1.pb.gz
+XPLANE_NAME = "result.xplane.pb.gz"
+# What a cell keeps of its profile with the run, compressed, at most this, the trace and the XSpaces together: a tiny
+# cell's trace is 10-200 KB, an eager LLM generate's 20-30 MB; a trace over it keeps its first whole steps and says
+# how many, and the XSpaces are kept in what the trace left, or not at all, saying why
 TRACE_CAP_BYTES = 8 * 2**20
 # XLA turns its command buffers (CUDA graphs) off while a profiler runs unless this flag is set: the profiled steps
 # then launch every kernel, which the timed window did not
@@ -37,7 +43,8 @@ def measure(step, sync, steps: int, trace_hook, device: str, window_ms_per_step:
         path = trace_hook(calls.warm, calls.run, folder)
         profiled = calls.wall_ms[0] / steps
         programs = {}
-        for xspace in folder.rglob("*.xplane.pb"):
+        xspaces = sorted(folder.rglob("*.xplane.pb"))
+        for xspace in xspaces:
             programs.update(compiled.contents(xspace))
         raw = _load(path)
         events = trace.events_of(raw["traceEvents"])
@@ -50,7 +57,7 @@ def measure(step, sync, steps: int, trace_hook, device: str, window_ms_per_step:
                   "profiler_overhead": profiled / window_ms_per_step if window_ms_per_step > 0 else None,
                   "programs_read": len({p for p in raw[trace.PROGRAMS_KEY]}),
                   **_command_buffers(device, used),
-                  "trace": keep(raw, keep_in, steps)}
+                  "trace": keep(raw, keep_in, steps, {_layout(x, folder): x for x in xspaces})}
         try:
             found = trace.breakdown(trace.Trace(events, compiled.from_json(raw[trace.PROGRAMS_KEY])), steps, device,
                                     window_ms_per_step)
@@ -86,12 +93,28 @@ def kept_trace(record: Path) -> Path:
     return cell.beside(record, TRACE_NAME)
 
 
-def keep(raw: dict, folder: Path | None, steps: int) -> dict:
-    """The trace, gzip-compressed, as TRACE_NAME in `folder`; where it is over TRACE_CAP_BYTES, its first whole
-    steps that fit (the events that end before the end of the last kept step's STEP_MARKER). What was kept, or why
-    not."""
+def kept_files(record: Path) -> list[Path]:
+    """The files a cell's breakdown kept beside its record: its trace and the profiler's XSpaces, those there."""
+    record = Path(record)
+    xspaces = glob.escape(cell.beside(record, XPLANE_NAME.removesuffix(".pb.gz")).name) + "*.pb.gz"
+    return [path for path in [kept_trace(record), *sorted(record.parent.glob(xspaces))] if path.is_file()]
+
+
+def keep(raw: dict, folder: Path | None, steps: int, xspaces: dict[str, Path] | None = None) -> dict:
+    """The trace as TRACE_NAME in `folder` (_keep_trace), and where the profiler wrote XSpaces (xspaces: where each
+    lies in a log folder -> the file), them in what the trace left of TRACE_CAP_BYTES (_keep_xspaces). What was kept,
+    or why not."""
     if folder is None:
         return {"kept": False, "why": "no folder to keep it in"}
+    found = _keep_trace(raw, folder, steps)
+    if xspaces:
+        found["xplane"] = _keep_xspaces(xspaces, folder, TRACE_CAP_BYTES - (found["bytes"] if found["kept"] else 0))
+    return found
+
+
+def _keep_trace(raw: dict, folder: Path, steps: int) -> dict:
+    """The trace, gzip-compressed, as TRACE_NAME in `folder`; where it is over TRACE_CAP_BYTES, its first whole
+    steps that fit (the events that end before the end of the last kept step's STEP_MARKER)."""
     packed = _pack(raw)
     whole = len(packed)
     kept_steps = steps
@@ -119,5 +142,29 @@ def keep(raw: dict, folder: Path | None, steps: int) -> dict:
     return found
 
 
-def _pack(raw: dict) -> bytes:
-    return gzip.compress(json.dumps(raw, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+def _keep_xspaces(xspaces: dict[str, Path], folder: Path, room: int) -> dict:
+    """The profiler's XSpaces, gzip-compressed, as XPLANE_NAME (a second one result.xplane.1.pb.gz, ...) in `folder`,
+    all of them where they fit in `room` bytes, else none: each named as it lies beside the record, with where XProf
+    and TensorBoard look for it under a log folder (docs/breakdown.md)."""
+    names = [XPLANE_NAME if i == 0 else XPLANE_NAME.replace(".pb.gz", f".{i}.pb.gz") for i in range(len(xspaces))]
+    packed = {name: _pack(path.read_bytes()) for name, path in zip(names, xspaces.values())}
+    size = sum(map(len, packed.values()))
+    if size > room:
+        return {"kept": False, "bytes": size, "why": f"{size / 2**20:.1f} MiB compressed, over the {room / 2**20:.1f} "
+                                                     f"MiB the trace left of the {TRACE_CAP_BYTES / 2**20:.0f} MiB cap"}
+    for name, data in packed.items():
+        (Path(folder) / name).write_bytes(data)
+    return {"kept": True, "bytes": size, "files": {name.removeprefix(cell.STAGED + "."): layout
+                                                   for name, layout in zip(names, xspaces)}}
+
+
+def _layout(xspace: Path, logdir: Path) -> str:
+    """Where an XSpace lies under its profiler's log folder as XProf reads one: plugins/profile/<run>/<host>.xplane.pb
+    (the folders above it, the hook's own, dropped; all of its path where it lies elsewhere)."""
+    parts = xspace.relative_to(logdir).parts
+    return "/".join(parts[parts.index("plugins"):] if "plugins" in parts else parts)
+
+
+def _pack(raw: dict | bytes) -> bytes:
+    data = raw if isinstance(raw, bytes) else json.dumps(raw, separators=(",", ":")).encode()
+    return gzip.compress(data, compresslevel=6, mtime=0)

@@ -55,9 +55,8 @@ def pack(run_id: str, suite: str, results: Path, config: dict, report: Path, cel
         log = results / "logs" / name.with_suffix(".log")
         if log.is_file():
             files[str(log.relative_to(results))] = log
-        trace = measure.kept_trace(cell_path)        # its breakdown's trace, where the cell kept one
-        if trace.is_file():
-            files[str(name.with_name(trace.name))] = trace
+        for kept in measure.kept_files(cell_path):      # its breakdown's trace and XSpaces, where the cell kept them
+            files[str(name.with_name(kept.name))] = kept
     profiles = config["profiles"]
     folders = [f"tables/{suite}/{p}" for p in profiles] + [f"plots/{suite}/{p}" for p in profiles]
     for folder in folders:

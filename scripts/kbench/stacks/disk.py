@@ -11,8 +11,8 @@ nobody controls the largest may come last, so the storage must hold every new im
 largest. Under results/, beside each job's JSON and log: each compiled cold cell's compile cache, kept beside its
 record (CACHE_BYTES: on a GPU XLA's executables embed their cubins and Inductor keeps .cubin/.ptx/.ttir and autotune
 variants per kernel, hundreds of MB a model, not yet measured on a GPU; a tiny CPU cell's is under 1 MB), each
-profiled cell's trace (at most the trace cap, kbench.breakdown.measure), and while a warm twin, a later repeat or an
-equivalence job runs, its copy of the caches it starts from (one at a time per cell running at once). Not counted: the uv download cache (containers.uv_cache), the equivalence reference's weights (.npz, the
+profiled cell's trace and its profiler's XSpace (at most the trace cap together, kbench.breakdown.measure), and
+while a warm twin, a later repeat or an equivalence job runs, its copy of the caches it starts from (one at a time per cell running at once). Not counted: the uv download cache (containers.uv_cache), the equivalence reference's weights (.npz, the
 model's size in float32: tens of GB for the paper suite's 7B models), docker's and apptainer's own copies. The
 workflow's onstart calls it (rules/common.smk, disk_preflight_before_jobs); config disk_check: false skips it.
 """
