@@ -93,8 +93,10 @@ def test_a_row_profiled_far_from_its_timed_step_decides_nothing():
 
 def sam_case(sam_native, glue_share, others=(2.0, 2.0, 2.0), sam_fit=None):
     """SAM predict (and fit, where sam_fit is given): native at sam_native ms against Keras 3's 10 ms, `glue_share`
-    of native's step outside matrix products (Keras 3: none); other published rows at native / Keras 3 = others."""
-    rows = [("bert", "fit", 32), ("bert", "predict", 256), ("stable_diffusion", "fit", 8)]
+    of native's step outside matrix products (Keras 3: none); other published rows at native / Keras 3 = others
+    (up to four)."""
+    rows = [("bert", "fit", 32), ("bert", "predict", 256), ("stable_diffusion", "fit", 8),
+            ("stable_diffusion", "predict", 13)]
     entries, cells = [], []
     sams = [("predict", 4, sam_native)] + ([("fit", 1, sam_fit)] if sam_fit else [])
     for task, batch, native in sams:
@@ -136,6 +138,51 @@ def test_a_batch_study_rung_is_no_published_row():
                         "ms": {"native-torch-eager": 50.0, "keras3-jax": 10.0}}], spread=0.0)
     found, rests_on = verdict("little_manual_optimisation", long, pd.concat([summary, rung]))
     assert found == "holds" and "larger than 3 and smaller than 0 of 3 other published rows" in rests_on, rests_on
+
+
+@pytest.mark.parametrize("others, expected", [
+    ((2.0, 2.0, 4.0, 4.0), "not measured here"),    # larger than 2 of 4, tied with 2: half is not most
+    ((2.0, 2.0, 2.0, 4.0), "holds"),                # larger than 3 of 4
+])
+def test_most_is_more_than_half_of_the_other_rows(others, expected):
+    """SAM at 4.00x against an even count of other rows: beating exactly half of them is not "most"."""
+    found, rests_on = verdict("little_manual_optimisation", *sam_case(40.0, 0.5, others=others))
+    assert found == expected, rests_on
+    assert f"larger than {sum(o < 4.0 for o in others)} and smaller than 0 of 4 other published rows" in rests_on
+
+
+@pytest.mark.parametrize("task, batch, counted", [("generate", 1, 3), ("generate", 32, 4)])
+def test_sams_gap_is_set_against_the_rows_the_finding_counts(task, batch, counted):
+    """The batch-1 generate rows are published but not among the finding's ten tasks (config: the explanation's
+    `without`): Gemma generate at bs1 (8x, above SAM's 4x) is left out; at bs32 it is one of the rows."""
+    long, summary = sam_case(40.0, 0.5)
+    gemma = summary_of([{"model": "gemma", "task": task, "batch_size": batch, "precision": "bfloat16",
+                         "ms": {"native-torch-eager": 80.0, "keras3-jax": 10.0}}], spread=0.0)
+    found, rests_on = verdict("little_manual_optimisation", long, pd.concat([summary, gemma]))
+    assert f"larger than 3 and smaller than {counted - 3} of {counted} other published rows" in rests_on, rests_on
+    assert found == "holds", rests_on        # larger than 3 of 4 too: the count, not the verdict, tells them apart
+    assert {"task": "generate", "batch_size": 1} in RULES["little_manual_optimisation"]["without"]
+
+
+@pytest.mark.parametrize("column, overhead, sam_native, glue_share, expected", [
+    ("native-torch-eager", 5.0, 40.0, 0.5, "not measured here"),   # profiled at 5x: its glue share would hold
+    ("native-torch-eager", 5.0, 40.0, 0.25, "not measured here"),  # ... or not hold: neither is decided
+    ("native-torch-eager", 5.0, 15.0, 0.8, "does not hold"),       # 1.5x, smaller than every other row: timed
+    ("keras3-jax", 5.0, 40.0, 0.5, "not measured here"),           # either column's breakdown
+    ("native-torch-eager", 0.45, 40.0, 0.5, "not measured here"),  # under half its timed step
+    ("native-torch-eager", 0.55, 40.0, 0.5, "holds"),              # within [0.5, 2]
+    ("native-torch-eager", 1.95, 40.0, 0.5, "holds"),
+])
+def test_a_sam_cell_profiled_far_from_its_timed_step_decides_nothing_through_its_glue_share(
+        column, overhead, sam_native, glue_share, expected):
+    """The glue share is profiled: a cell profiled past max_profiler_overhead (2x, or under half) decides nothing
+    through it; the ratio of timed ms/step beside it still counts."""
+    long, summary = sam_case(sam_native, glue_share)
+    long.loc[(long.framework == column) & (long.model == "sam"), "profiler_overhead"] = overhead
+    found, rests_on = verdict("little_manual_optimisation", long, summary)
+    assert found == expected, rests_on
+    past = not (0.5 <= overhead <= 2.0)
+    assert (f"(undecided: the breakdown's profiled / timed {overhead:.2f}, past the 2x" in rests_on) == past, rests_on
 
 
 def test_every_sam_row_must_hold_for_the_finding_to_hold():

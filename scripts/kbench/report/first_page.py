@@ -75,10 +75,6 @@ def _label(row: dict) -> str:
     return f"{row['model']} {row['task']} bs{row['batch_size']} {row['precision']}"
 
 
-def _excluded(row: dict, without: list[dict]) -> bool:
-    return any(all(row.get(k) == v for k, v in rule.items()) for rule in without)
-
-
 def finding_verdicts(findings: list[dict], summary: pd.DataFrame, keras3: list[str], claims: list[dict],
                      baseline: str, on_gpu: bool) -> pd.DataFrame:
     """Each published finding as a verdict on this run: holds / does not hold / not measured here, with the rows it
@@ -118,7 +114,7 @@ def _keras3_beats(finding, summary, keras3, claims, baseline):
     beaten, measured, rests_on = 0, 0, []
     for row, found in _row_estimates(summary):
         best = best_keras3(found, keras3)
-        if best is None or against not in found or _excluded(row, finding.get("without", [])):
+        if best is None or against not in found or verdicts.left_out(row, finding.get("without", [])):
             continue
         measured += 1
         percent = (found[against].ms / found[best].ms - 1) * 100

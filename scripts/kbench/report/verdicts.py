@@ -2,6 +2,12 @@
 HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured here"
 
 
+def left_out(row: dict, without: list[dict]) -> bool:
+    """Whether a row is one a claim leaves out (its config `without`: e.g. {task: generate, batch_size: 1}, the
+    rows the published page's text predates)."""
+    return any(all(row.get(k) == v for k, v in rule.items()) for rule in without)
+
+
 def table(claims: list[dict], decide, heading: str, on_gpu: bool, cpu_read: str) -> "pd.DataFrame":
     """One line per claim: its words (its quote), the verdict decide(claim) -> (verdict, rests on) gives, and what
     it rests on. A run without a GPU reads "not measured here" (the claims are about a GPU) and says what its own
