@@ -18,7 +18,7 @@ PUBLISHED = CONFIG["published"]["rows"]
 
 def long_of(cells: list[dict]) -> pd.DataFrame:
     """time_by_kind_long rows from (row, framework, share per kind, with half-width `spread` across its steps;
-    layer_fused share; xla_share; closes)."""
+    layer_fused share and the kinds it holds; xla_share; profiler overhead; closes)."""
     lines = []
     for c in cells:
         shares = {k: c.get(k, 0.0) for k in kinds.KIND_NAMES}
@@ -29,7 +29,7 @@ def long_of(cells: list[dict]) -> pd.DataFrame:
                 "xla_share": c.get("xla", 0.0), "layer_fused_share": c.get("layer_fused", 0.0),
                 "layer_fused_low": c.get("layer_fused", 0.0) - spread,
                 "layer_fused_high": c.get("layer_fused", 0.0) + spread,
-                "closes": c.get("closes", True), "why": None}
+                "layer_fused_kinds": c.get("layer_fused_kinds"), "closes": c.get("closes", True), "why": None}
         lines += [{**base, "kind": k, "share": v, "share_low": v - spread, "share_high": v + spread}
                   for k, v in shares.items()]
     return pd.DataFrame(lines)
@@ -42,15 +42,20 @@ def verdict(kind, long, summary, rule=None):
 
 # ---------------------------------------------------------------- Keras 2's fused operations (finding 4)
 
-def fused_case(k2_ms, k3_ms, k2_fused_share, spread=0.0, ms_spread=0.0, xla=0.0):
-    """SAM predict: Keras 2 at k2_ms, Keras 3 on TensorFlow at k3_ms; the share of Keras 2's step in the fused ops its
-    layers chose (its steps' half-width `spread`); Keras 3 none."""
-    row = {"model": "sam", "task": "predict", "batch_size": 4, "precision": "float32"}
-    summary = summary_of([{**row, "ms": {"keras2": k2_ms, "keras3-tensorflow": k3_ms}}], spread=ms_spread)
-    long = long_of([{**row, "framework": "keras2", "matmul_conv": 1 - k2_fused_share,
-                     "normalization": k2_fused_share, "layer_fused": k2_fused_share, "spread": spread, "xla": xla},
-                    {**row, "framework": "keras3-tensorflow", "matmul_conv": 1.0}])
-    return long, summary
+def fused_case(k2_ms, k3_ms, k2_fused_share, spread=0.0, ms_spread=0.0, xla=0.0, k3_norm_share=0.0,
+               fused_kinds="normalization", rows=(("sam", "predict", 4),)):
+    """On each of `rows` (SAM predict): Keras 2 at k2_ms, Keras 3 on TensorFlow at k3_ms; the share of Keras 2's step
+    in the fused ops its layers chose (FusedBatchNormV3: they hold `fused_kinds`, normalization; its steps'
+    half-width `spread`), the rest matmul; Keras 3's share in normalization k3_norm_share, the rest matmul."""
+    long, summary = [], []
+    for model, task, batch in rows:
+        row = {"model": model, "task": task, "batch_size": batch, "precision": "float32"}
+        summary.append({**row, "ms": {"keras2": k2_ms, "keras3-tensorflow": k3_ms}})
+        long += [{**row, "framework": "keras2", "matmul_conv": 1 - k2_fused_share, "normalization": k2_fused_share,
+                  "layer_fused": k2_fused_share, "layer_fused_kinds": fused_kinds, "spread": spread, "xla": xla},
+                 {**row, "framework": "keras3-tensorflow", "matmul_conv": 1.0 - k3_norm_share,
+                  "normalization": k3_norm_share, "spread": spread}]
+    return long_of(long), summary_of(summary, spread=ms_spread)
 
 
 @pytest.mark.parametrize("k2_fused_share, spread, expected", [
@@ -87,6 +92,29 @@ def test_a_row_profiled_far_from_its_timed_step_decides_nothing():
     long.loc[long.framework == "keras2", "profiler_overhead"] = 2.5
     found, rests_on = verdict("library_fused_ops", long, summary)
     assert found == "not measured here" and "profiled / timed 2.50" in rests_on
+
+
+@pytest.mark.parametrize("k3_norm_ms, expected", [
+    (130.0, "does not hold"),   # 120 ms fused against 130 ms on the same work unfused: no extra; the gap is matmul
+    (10.0, "holds"),            # Keras 3's normalization 10 ms: Keras 2's 110 ms extra, beyond half the 30 ms gap
+])
+def test_keras2s_fused_ops_are_set_against_keras3s_time_on_the_same_work(k3_norm_ms, expected):
+    """Keras 2 at 400 ms spends 120 in FusedBatchNormV3 (normalization), Keras 3 at 370 ms spends k3_norm_ms on the
+    same normalization unfused. Keras 3 has no time in Keras 2's fused ops whatever it does: counting that as zero
+    would read 'holds' on a gap that lies wholly in the matrix products."""
+    found, rests_on = verdict("library_fused_ops", *fused_case(400.0, 370.0, 0.3, k3_norm_share=k3_norm_ms / 370))
+    assert found == expected, rests_on
+    assert "keras2's layer-chosen fused ops 120.00 ms" in rests_on, rests_on
+    assert f"keras3-tensorflow's time on the same work (normalization) {k3_norm_ms:.2f} ms" in rests_on, rests_on
+
+
+def test_a_keras2_record_that_names_no_kinds_leaves_its_row_undecided():
+    """A record from before layer_fused_kinds (the long table reads it empty): Keras 3's time on the same work is
+    unknown, so the row decides nothing; with no time in those ops, Keras 2 has no extra whatever they hold."""
+    found, rests_on = verdict("library_fused_ops", *fused_case(20.0, 10.0, 0.3, fused_kinds=None))
+    assert found == "not measured here" and "names no kinds of work they hold" in rests_on, rests_on
+    found, rests_on = verdict("library_fused_ops", *fused_case(20.0, 10.0, 0.0, fused_kinds=None))
+    assert found == "does not hold" and "keras2's extra 0.00 ms" in rests_on, rests_on
 
 
 # ---------------------------------------------------------------- SAM's native code (finding 3)
@@ -254,3 +282,63 @@ def test_on_a_cpu_each_verdict_says_what_its_cpu_breakdowns_read():
     assert table.verdict.iloc[0] == "not measured here (no GPU in this run; its CPU breakdowns read: holds)"
     table = explanations.verdicts([RULES["library_fused_ops"]], data, on_gpu=True)
     assert table.verdict.iloc[0] == "holds"
+
+
+# ---------------------------------------------------------------- what the rules read: time_by_kind_long.csv
+
+def record(model, task, batch, framework, ms: dict, timed_ms=None, **fields):
+    """A cell's record with a breakdown over three identical profiled steps (each kind `ms` of a step, in ms):
+    timed at the profiled ms/step unless timed_ms is given."""
+    from kbench.contract import cell
+    from test_launch import synthetic_spec
+    spec = synthetic_spec().replace(model=model, task=task, batch_size=batch, framework=framework,
+                                    cell_id=f"test/{model}/{task}/bs{batch}/float32/{framework}")
+    result = cell.new_result(spec, {"runtime": "host"}, "ok")
+    step = sum(ms.values())
+    result.timing = {"n": 10, "mean_ms": timed_ms or step, "step_ms": [timed_ms or step] * 10}
+    result.breakdown = {"steps": 3, "closes": True, "step_ms_per_step": step, "window_ms_per_step": step,
+                        "timed_ms_per_step": timed_ms or step, "profiler_overhead": step / (timed_ms or step),
+                        "ms_per_step": ms, "xla_share": 0.0,
+                        "per_step": {"step_ms": [step] * 3, **{k: [v] * 3 for k, v in ms.items()},
+                                     "layer_fused": [fields.get("layer_fused_ms_per_step", 0.0)] * 3},
+                        **fields}
+    return result
+
+
+def built_long(tmp_path, cells=(), ladder=()) -> pd.DataFrame:
+    """time_by_kind_long.csv as the workflow writes it from these records, read back as the first page reads it."""
+    from conftest import run_context
+    from kbench.results import breakdown_tables
+    from kbench.results.context import Records
+    breakdown_tables.build(Records(cells=tuple(cells), ladder=tuple(ladder)),
+                           run_context(tmp_path, "strict", frameworks=("keras2", "keras3-tensorflow")))
+    return pd.read_csv(tmp_path / "strict" / breakdown_tables.LONG)
+
+
+@pytest.mark.parametrize("fields, expected", [
+    ({"layer_fused_kinds": {"normalization": 12.0}}, "normalization"),
+    ({"layer_fused_kinds": {"normalization": 12.0, "other": 1.0}}, "normalization,other"),
+    ({"layer_fused_kinds": {}}, ""),          # a record that names none
+    ({}, None),                               # a record from before the field: not measured
+])
+def test_the_long_table_names_the_kinds_keras2s_layer_fused_ops_hold(fields, expected):
+    from kbench.results import breakdown_tables
+    long = breakdown_tables.breakdown_long([record("sam", "predict", 4, "keras2", {"matmul_conv": 28.0,
+                                                                                   "normalization": 12.0},
+                                                   layer_fused_ms_per_step=12.0, **fields)])
+    assert "layer_fused_kinds" in long.columns
+    assert set(long["layer_fused_kinds"]) == {expected}
+
+
+@pytest.mark.parametrize("k3_norm_ms, expected", [(130.0, "does not hold"), (10.0, "holds")])
+def test_the_fused_ops_verdict_reads_the_kinds_from_the_written_table(tmp_path, k3_norm_ms, expected):
+    """The issue's case from records to the written table to the verdict: Keras 2 at 400 ms with 120 ms in
+    FusedBatchNormV3, Keras 3 at 370 ms with k3_norm_ms on the same normalization unfused."""
+    cells = [record("sam", "predict", 4, "keras2", {"matmul_conv": 280.0, "normalization": 120.0},
+                    layer_fused_ms_per_step=120.0, layer_fused_kinds={"normalization": 120.0}),
+             record("sam", "predict", 4, "keras3-tensorflow", {"matmul_conv": 370.0 - k3_norm_ms,
+                                                               "normalization": k3_norm_ms})]
+    summary = summary_of([{"model": "sam", "task": "predict", "batch_size": 4, "precision": "float32",
+                           "ms": {"keras2": 400.0, "keras3-tensorflow": 370.0}}], spread=0.0)
+    found, rests_on = verdict("library_fused_ops", built_long(tmp_path, cells), summary)
+    assert found == expected, rests_on

@@ -1,9 +1,11 @@
 """The cells' breakdowns by kind of work (kbench.breakdown, recorded after each timed window) side by side: per row
 and column each kind's ms/step in the timed window's terms (its share of the profiled step times the timed ms/step:
 the profiler lengthens a step, not what it is made of) and its share, with the share's 95% interval across the
-profiled steps; the waiting time, ops per step, the share in compiler fusions (a property, not a kind), the share read
-from what the compiler says it put in, and the profiler's own overhead (profiled over timed ms/step); the top ops of
-each cell. A cell whose breakdown did not close says so in place of its figures."""
+profiled steps; the waiting time, ops per step, the share in compiler fusions (a property, not a kind), the share in
+the fused ops a layer chose and the kinds of work they hold (layer_fused_kinds: the fused-ops verdict sets Keras 3's
+time on the same work against them), the share read from what the compiler says it put in, and the profiler's own
+overhead (profiled over timed ms/step); the top ops of each cell. A cell whose breakdown did not close says so in
+place of its figures."""
 from __future__ import annotations
 
 import statistics
@@ -62,6 +64,7 @@ def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
             # a record from before these figures (library_fused_ms_per_step) has none: read as not measured
             "layer_fused_share": _over(found.get("layer_fused_ms_per_step"), step),
             "layer_fused_low": layer_low, "layer_fused_high": layer_high,
+            "layer_fused_kinds": fused_kinds(found),
             "graph_fused_share": _over(found.get("graph_fused_ms_per_step"), step),
             "window_ms_per_step": found.get("window_ms_per_step"), "step_ms_per_step": step,
             "timed_ms_per_step": timed, "waiting_basis": found.get("waiting_basis"),
@@ -80,10 +83,17 @@ def breakdown_long(results: list[cell.CellResult]) -> pd.DataFrame:
                           "share_high": high, "timed_ms": share * timed if share is not None and timed else None})
     columns = [*flat.ROW_KEYS, "framework", "profile", "kind", "ms_per_step", "timed_ms", "share", "share_low",
                "share_high", "device", "profiler_overhead", "ops_per_step", "fused_share", "xla_share",
-               "program_share", "unrecognised_share", "layer_fused_share", "layer_fused_low",
-               "layer_fused_high", "graph_fused_share", "window_ms_per_step", "step_ms_per_step", "timed_ms_per_step", "waiting_basis",
-               "steps", "closes", "why"]
+               "program_share", "unrecognised_share", "layer_fused_share", "layer_fused_low", "layer_fused_high",
+               "layer_fused_kinds", "graph_fused_share", "window_ms_per_step", "step_ms_per_step",
+               "timed_ms_per_step", "waiting_basis", "steps", "closes", "why"]
     return pd.DataFrame(lines, columns=columns)
+
+
+def fused_kinds(breakdown: dict) -> str | None:
+    """The kinds of work the fused ops a layer chose hold (layer_fused_kinds: FusedBatchNormV3 normalization), joined
+    by ","; "" where they hold none; None where the record has no such field (one from before it: not measured)."""
+    found = breakdown.get("layer_fused_kinds")
+    return None if found is None else ",".join(sorted(found))
 
 
 def _over(value, step):
