@@ -87,11 +87,18 @@ def test_under_xla_the_fused_ops_mechanism_cannot_be_observed():
     assert found == "cannot be observed here" and "97% of keras2's op time ran in XLA programs" in rests_on
 
 
-def test_a_row_profiled_far_from_its_timed_step_decides_nothing():
+@pytest.mark.parametrize("overhead, expected", [
+    (2.5, "not measured here"),       # profiled at 2.5x its timed step: past the 2x
+    (1.99, "holds"),                  # just inside
+    (0.49, "not measured here"),      # under half its timed step: past the inverse
+    (0.51, "holds"),                  # just inside
+])
+def test_a_row_profiled_far_from_its_timed_step_decides_nothing(overhead, expected):
     long, summary = fused_case(20.0, 10.0, 0.3)
-    long.loc[long.framework == "keras2", "profiler_overhead"] = 2.5
+    long.loc[long.framework == "keras2", "profiler_overhead"] = overhead
     found, rests_on = verdict("library_fused_ops", long, summary)
-    assert found == "not measured here" and "profiled / timed 2.50" in rests_on
+    assert found == expected, rests_on
+    assert (f"profiled / timed {overhead:.2f}" in rests_on) == (expected != "holds"), rests_on
 
 
 @pytest.mark.parametrize("k3_norm_ms, expected", [
@@ -115,6 +122,50 @@ def test_a_keras2_record_that_names_no_kinds_leaves_its_row_undecided():
     assert found == "not measured here" and "names no kinds of work they hold" in rests_on, rests_on
     found, rests_on = verdict("library_fused_ops", *fused_case(20.0, 10.0, 0.0, fused_kinds=None))
     assert found == "does not hold" and "keras2's extra 0.00 ms" in rests_on, rests_on
+
+
+def test_one_row_against_and_others_undecided_is_not_measured():
+    """"In some cases": a row against and a row whose intervals overlap the line decide nothing between them; every
+    decided row against does not hold."""
+    sam = fused_case(20.0, 10.0, 0.245)                                      # 4.9 of 10 ms: against
+    bert = fused_case(20.0, 10.0, 0.245, spread=0.01, rows=(("bert", "predict", 256),))      # overlapping
+    found, rests_on = verdict("library_fused_ops", pd.concat([sam[0], bert[0]]), pd.concat([sam[1], bert[1]]))
+    assert found == "not measured here" and "(against 50% of the gap)" in rests_on, rests_on
+    bert = fused_case(20.0, 10.0, 0.2, rows=(("bert", "predict", 256),))     # 4 of 10 ms: against
+    found, _ = verdict("library_fused_ops", pd.concat([sam[0], bert[0]]), pd.concat([sam[1], bert[1]]))
+    assert found == "does not hold"
+
+
+def test_an_xla_row_does_not_hide_the_rows_that_decided():
+    """One row under XLA cannot observe the mechanism; another row without it still decides the finding."""
+    sam = fused_case(20.0, 10.0, 0.3)                                                           # holds
+    bert = fused_case(20.0, 10.0, 0.3, xla=0.97, rows=(("bert", "predict", 256),))
+    found, rests_on = verdict("library_fused_ops", pd.concat([sam[0], bert[0]]), pd.concat([sam[1], bert[1]]))
+    assert found == "holds" and "97% of keras2's op time ran in XLA programs" in rests_on, rests_on
+
+
+@pytest.mark.parametrize("ms_spread, expected", [
+    (0.0, "holds"),                 # gap exactly 10 ms: 5.2 ms of fused time at least half of it
+    (0.02, "not measured here"),    # each ms/step +-2%: gap up to 10.6 ms, its half 5.3 above the fused time's low end
+])
+def test_the_fused_share_must_reach_its_part_of_the_gaps_high_end(ms_spread, expected):
+    """Keras 2 at 20 ms with 26% of it in its layers' fused ops (5.2 ms), Keras 3 at 10 ms: at least half the gap
+    where the gap is exact; with the timed intervals, 5.2 ms against half of a gap of [9.4, 10.6] ms is undecided."""
+    found, rests_on = verdict("library_fused_ops", *fused_case(20.0, 10.0, 0.26, ms_spread=ms_spread))
+    assert found == expected, rests_on
+
+
+@pytest.mark.parametrize("ms_spread, expected", [
+    (0.0, "holds"),                 # 5.2 ms against half of exactly 10 ms
+    (0.01, "not measured here"),    # 5.2 ms [5.15, 5.25] against half of [9.7, 10.3] ms: 5.15 under 5.15 (5.148)
+])
+def test_a_kinds_timed_ms_carries_the_timed_estimates_interval(ms_spread, expected):
+    """26% of Keras 2's 20 ms step in its layers' fused ops, no spread across its steps: in timed ms that is 26% of
+    the timed estimate's interval, not of its point; a point 5.2 ms would pass half the gap's high end (5.15)."""
+    found, rests_on = verdict("library_fused_ops", *fused_case(20.0, 10.0, 0.26, ms_spread=ms_spread))
+    assert found == expected, rests_on
+    if ms_spread:
+        assert "keras2's layer-chosen fused ops 5.20 ms [5.15 ms, 5.25 ms]" in rests_on, rests_on
 
 
 # ---------------------------------------------------------------- SAM's native code (finding 3)
@@ -230,13 +281,20 @@ def test_the_sam_rule_is_not_measured_without_other_rows_or_a_breakdown():
 
 # ---------------------------------------------------------------- host overhead at a small batch
 
-def batch_case(small_wait, large_wait, keras_wait, spread=0.0):
+def batch_case(small_wait, large_wait, keras_wait, spread=0.0, middle_wait=None, more_keras=None):
+    """BERT predict at bs1 and bs32 (and bs8, where middle_wait is given): native eager waiting small_wait, middle_wait
+    and large_wait of its step; Keras 3 on JAX keras_wait at bs1, 10% at the others (more_keras: further Keras 3
+    columns' waiting shares at bs1)."""
     cells = []
-    for batch, wait, keras in ((1, small_wait, keras_wait), (32, large_wait, 0.1)):
+    rungs = [(1, small_wait, keras_wait), (32, large_wait, 0.1)] + ([(8, middle_wait, 0.1)] if middle_wait else [])
+    for batch, wait, keras in rungs:
         row = {"model": "bert", "task": "predict", "batch_size": batch, "precision": "float32"}
         cells += [{**row, "framework": "native-torch-eager", "matmul_conv": 1.0 - wait, "waiting": wait,
                    "spread": spread},
                   {**row, "framework": "keras3-jax", "matmul_conv": 1.0 - keras, "waiting": keras, "spread": spread}]
+        if batch == 1:
+            cells += [{**row, "framework": framework, "matmul_conv": 1.0 - w, "waiting": w, "spread": spread}
+                      for framework, w in (more_keras or {}).items()]
     return long_of(cells), summary_of([])
 
 
@@ -261,6 +319,33 @@ def test_the_python_overhead_rule_reads_the_eager_column_alone():
     compiled = long[long.framework == "native-torch-eager"].assign(framework="native-torch-compiled")
     compiled.loc[(compiled.kind == "waiting") & (compiled.batch_size == 1), ["share", "share_low", "share_high"]] = 0.0
     assert verdict("host_overhead_at_small_batch", pd.concat([long, compiled]), summary)[0] == "holds"
+
+
+@pytest.mark.parametrize("middle, expected", [(0.7, "holds"), (0.3, "holds")])
+def test_the_python_overhead_rule_reads_the_smallest_batch_against_the_largest(middle, expected):
+    """bs1, bs8 and bs32: native waits 60% at bs1 and 20% at bs32; at bs8 more (70%) or less (30%) than at bs1, which
+    the rule does not read: it is neither end of the ladder."""
+    found, rests_on = verdict("host_overhead_at_small_batch", *batch_case(0.6, 0.2, 0.3, middle_wait=middle))
+    assert found == expected, rests_on
+    assert "of the step at bs1, 20.0% [20.0%, 20.0%] at bs32" in rests_on, rests_on
+
+
+def test_native_eager_must_wait_more_than_the_keras3_column_that_waits_least():
+    """At bs1 Keras 3 on JAX waits 30% and on torch 70%: native's 60% is set against the 30%, Keras 3's best; against
+    Keras 3 on JAX alone at 65% it does not hold."""
+    found, rests_on = verdict("host_overhead_at_small_batch",
+                              *batch_case(0.6, 0.2, 0.3, more_keras={"keras3-torch": 0.7}))
+    assert found == "holds" and "keras3-jax at bs1: 30.0%" in rests_on, rests_on
+    found, rests_on = verdict("host_overhead_at_small_batch", *batch_case(0.6, 0.2, 0.65))
+    assert found == "does not hold", rests_on
+
+
+def test_without_a_keras3_breakdown_at_the_small_batch_the_growth_alone_decides_nothing():
+    long, summary = batch_case(0.6, 0.2, 0.3)
+    alone = long[~((long.framework == "keras3-jax") & (long.batch_size == 1))]
+    found, rests_on = verdict("host_overhead_at_small_batch", alone, summary)
+    assert found == "not measured here" and "(supports)" in rests_on and "keras3" not in rests_on, rests_on
+    assert verdict("host_overhead_at_small_batch", long, summary)[0] == "holds"
 
 
 def test_the_batch_rule_is_not_measured_with_one_batch_size():
@@ -342,3 +427,17 @@ def test_the_fused_ops_verdict_reads_the_kinds_from_the_written_table(tmp_path, 
                            "ms": {"keras2": 400.0, "keras3-tensorflow": 370.0}}], spread=0.0)
     found, rests_on = verdict("library_fused_ops", built_long(tmp_path, cells), summary)
     assert found == expected, rests_on
+
+
+def test_the_python_overhead_verdict_reads_the_batch_studys_rungs_in_the_table(tmp_path):
+    """The cells run BERT predict at bs32 only; the batch study's ladder runs bs1: the table holds both, and the
+    verdict reads them as one row at two batches."""
+    def at(batch, native_wait, keras_wait):
+        return [record("bert", "predict", batch, "native-torch-eager", {"matmul_conv": 10 - native_wait,
+                                                                         "waiting": native_wait}),
+                record("bert", "predict", batch, "keras3-jax", {"matmul_conv": 10 - keras_wait,
+                                                                 "waiting": keras_wait})]
+    long = built_long(tmp_path, cells=at(32, 2.0, 1.0), ladder=at(1, 6.0, 3.0))
+    assert sorted(set(long.batch_size)) == [1, 32]
+    found, rests_on = verdict("host_overhead_at_small_batch", long, summary_of([]))
+    assert found == "holds" and "waiting 60.0% [60.0%, 60.0%] of the step at bs1, 20.0%" in rests_on, rests_on
