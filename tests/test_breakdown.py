@@ -77,17 +77,48 @@ def test_an_op_lost_by_the_attribution_fails_the_closure(monkeypatch):
         trace.breakdown(trace.events_of(CONSTRUCTED), steps=2, device="cpu")
 
 
-@pytest.mark.parametrize("stranger_us, closes", [(40, True), (60, False)])
-def test_events_on_the_op_lanes_read_as_nothing_known_fail_the_closure_past_five_percent(stranger_us, closes):
-    """An op whose category the reader does not know (a framework renamed it) is not waiting: its time on an op
-    lane is reported, and past 5% of the window the breakdown does not close."""
-    events = [*steps_of(0, 500, 2), x("aten::mm", 0, 100), x("SomeNewOpCategory", 200, stranger_us, cat="new_op")]
+@pytest.mark.parametrize("stranger_us, closes", [(40, True), (50, True), (60, False)])
+def test_events_on_the_host_read_as_nothing_known_fail_the_closure_past_five_percent(stranger_us, closes):
+    """An op whose category the reader does not know (a framework renamed it) is not waiting: its time is "other"
+    and reported as unrecognised, and past 5% of the window (not at it) the breakdown does not close. It sits on a
+    lane of its own: the host's every lane is read, not only those that hold an op the reader knows."""
+    events = [*steps_of(0, 500, 2), x("aten::mm", 0, 100), x("SomeNewOp", 200, stranger_us, tid=9, cat="new_op")]
     if closes:
         found = trace.breakdown(trace.events_of(events), 2, "cpu")
         assert found["unrecognised_share"] == pytest.approx(stranger_us / 1000)
+        assert found["ms_per_step"]["other"] * 2e3 == pytest.approx(stranger_us)           # never waiting
+        assert found["ms_per_step"]["waiting"] * 2e3 == pytest.approx(1000 - 100 - stranger_us)
     else:
-        with pytest.raises(trace.NotClosed, match=r"6\.0% of the window is in events on the op lanes"):
+        with pytest.raises(trace.NotClosed, match=r"6\.0% of the window is in events on the host"):
             trace.breakdown(trace.events_of(events), 2, "cpu")
+
+
+def test_an_unknown_event_around_known_ops_counts_only_its_own_time():
+    """A wrapper the reader does not know, around ops it does: its time outside them (30 of its 130 us) is
+    unrecognised, not the ops' time inside it, so a wrapper alone does not fail the closure."""
+    events = [*steps_of(0, 1000, 1), x("SomeNewWrapper", 0, 130, cat="new_op"), x("aten::mm", 10, 100)]
+    found = trace.breakdown(trace.events_of(events), 1, "cpu")
+    assert found["unrecognised_share"] == pytest.approx(0.03) and found["ms_per_step"]["matmul_conv"] == 0.1
+
+
+@pytest.mark.parametrize("events, why", [
+    ([*steps_of(0, 1000, 1), x("$trainer.py:749 train_on_batch", 0, 900, cat=None)], "no op recorded"),
+    # a jaxlib that renamed hlo_op: its XLA ops are events no rule reads as ops
+    ([*steps_of(0, 1000, 1), *(x(f"ynn_fusion.{i}", 100 * i, 90, cat=None, hlo_operation=f"ynn_fusion.{i}")
+                               for i in range(9))], "no op recorded"),
+])
+def test_a_cpu_trace_with_no_op_recognised_does_not_close(events, why):
+    """Every op event dropped, or renamed past the reader's rules, used to read 100% waiting and close."""
+    with pytest.raises(trace.NotClosed, match=why):
+        trace.breakdown(trace.events_of(events), 1, "cpu")
+
+
+def test_a_missed_op_whose_name_holds_a_runtime_word_is_still_unrecognised():
+    """The runtime's own names are matched from the start of a name: an op called MyLaunchFunctionSession (no rule's
+    op) is an op the reader missed, not the runtime's wrapper."""
+    events = [*steps_of(0, 1000, 1), x("aten::mm", 0, 100), x("MyLaunchFunctionSession", 200, 60, tid=2, cat=None)]
+    with pytest.raises(trace.NotClosed, match="6.0% of the window"):
+        trace.breakdown(trace.events_of(events), 1, "cpu")
 
 
 def test_the_runtimes_own_wrappers_on_the_op_lanes_are_known_not_unrecognised():
@@ -108,12 +139,32 @@ def test_a_trace_without_the_window_annotation_is_refused():
         trace.breakdown(trace.events_of(CONSTRUCTED[1:]), steps=2, device="cpu")
 
 
-def test_random_numbers_are_their_own_kind_inside_a_scope_too():
-    """Dropout's mask inside SDPA's math path is random numbers, the bmm beside it attention."""
+def test_dropouts_mask_inside_an_attention_core_is_the_cores_and_outside_it_random_numbers():
+    """SDPA's math path with dropout: its bernoulli is the core's work, as a flash kernel that cannot be split does
+    it; a hidden layer's dropout mask outside any core is random numbers."""
     events = [*steps_of(0, 1000, 1), x("aten::scaled_dot_product_attention", 0, 600), x("aten::bmm", 10, 200),
-              x("aten::bernoulli_", 300, 250)]
+              x("aten::bernoulli_", 300, 250), x("aten::bernoulli_", 700, 100)]
     found = trace.breakdown(trace.events_of(events), 1, "cpu")["ms_per_step"]
-    assert found["random"] == pytest.approx(0.25) and found["attention"] == pytest.approx(0.35)
+    assert found["attention"] == pytest.approx(0.6) and found["random"] == pytest.approx(0.1)
+
+
+def test_an_attention_cores_scope_holds_its_ops_and_a_projection_inside_it_is_read_for_itself():
+    """The scope the adapters put around an attention core that is no single op (Keras's _compute_attention, an
+    innermost attention module; kbench.adapters._scopes), as torch's record_function writes it: its bmm, softmax and
+    dropout are attention, a Linear projection called inside it (its own scope) a matrix product, and the backward
+    pass of each op follows its forward's scope (torch's Sequence number)."""
+    events = [*steps_of(0, 1000, 1),
+              x(kinds.ATTENTION_SCOPE, 0, 500, cat="user_annotation"),
+              x(kinds.PROJECTION_SCOPE, 10, 100, cat="user_annotation"), x("aten::addmm", 20, 80, **{"Sequence number": 1}),
+              x("aten::bmm", 150, 100, **{"Sequence number": 2}), x("aten::softmax", 260, 100),
+              x("aten::bernoulli_", 370, 50), x("aten::softmax", 600, 50),
+              x("autograd::engine::evaluate_function: BmmBackward0", 700, 100, **{"Sequence number": 2}),
+              x("autograd::engine::evaluate_function: AddmmBackward0", 850, 100, **{"Sequence number": 1})]
+    found = trace.breakdown(trace.events_of(events), 1, "cpu")["ms_per_step"]
+    # the core's 500 us less the projection's 100, its backward's 100; the projection's 100 (its scope's own time
+    # around the addmm is the projection's), its backward's 100; a softmax outside a core is a reduction
+    assert found["attention"] == pytest.approx(0.5) and found["matmul_conv"] == pytest.approx(0.2)
+    assert found["elementwise"] == pytest.approx(0.05)
 
 
 def test_attentions_backward_pass_is_attention_though_autograd_runs_it_outside_the_scope():
@@ -138,8 +189,9 @@ NAMES = {   # real names: CPU ops from the committed traces, GPU kernels as CUDA
                     "cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>",
                     "triton_tem_fused_mm_0", "gemm_fusion_dot.2", "void cudnn::cnn::conv2d_grouped_direct_kernel",
                     "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>"],
-    "attention": ["aten::scaled_dot_product_attention", "aten::_safe_softmax", "_MklSoftmax", "triton_per_fused__softmax_1",
-                  "flash_fwd_kernel", "fmha_cutlassF_f32_aligned_64x64_rf_sm80", "softmax kernel launch"],
+    "attention": ["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+                  "flash_fwd_kernel", "fmha_cutlassF_f32_aligned_64x64_rf_sm80", "__cudnn$fmhaSoftmax",
+                  "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>"],
     "normalization": ["aten::native_layer_norm", "aten::native_layer_norm_backward", "layer_norm kernel launch",
                       "FusedBatchNormV3", "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel",
                       "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>",
@@ -154,11 +206,14 @@ NAMES = {   # real names: CPU ops from the committed traces, GPU kernels as CUDA
                     "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
                     "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>",
                     "aten::_log_softmax", "wrapped_reduce-window.37", "full kernel launch", "cpp_fused_add_mul_0",
+                    # a softmax alone is no attention core (the loss's, a classifier's): a reduction
+                    "aten::_safe_softmax", "_MklSoftmax", "triton_per_fused__softmax_1", "softmax kernel launch",
                     "triton_poi_fused_addmm_gelu_0", "multiply_tanh_fusion.1", "convert_element_type"],
     "data_movement": ["aten::copy_", "aten::transpose", "aten::view", "copy.268", "transpose_copy_fusion.1",
                       "_MklTranspose", "ReadVariableOp", "aten::t", "aten::embedding", "aten::item", "Unpack",
                       "Memcpy HtoD (Pageable -> Device)", "Memset (Device)", "triton_poi_fused_clone_0",
-                      "concatenate_bitcast_fusion.6"],
+                      "concatenate_bitcast_fusion.6", "loop_broadcast_fusion", "input_concatenate_fusion.2",
+                      "dynamic-update-slice-fusion.1"],
     "optimizer": ["Optimizer.step#AdamW.step", "aten::_foreach_mul_", "adamw kernel launch", "ResourceApplyAdam",
                   "Optimization Step"],
     "fusion_unread": ["ynn_fusion.62", "fusion.12", "loop_fusion.3"],
@@ -190,7 +245,22 @@ def test_every_kind_but_waiting_has_names_here():
     ({"fusion", "convolution", "add"}, [], "matmul_conv"),
     ({"custom-call:__cublas$lt$matmul", "bitcast"}, [], "matmul_conv"),
     ({"custom-call:__cudnn$fmhasoftmax"}, [], "attention"),
-    ({"fusion", "exponential", "reduce", "divide", "maximum"}, [], "attention"),
+    ({"fusion", "exponential", "reduce", "divide", "maximum"}, [], "elementwise"),   # a softmax alone: a reduction
+    # an attention core's scope (kbench.adapters._scopes), forward and backward, its products and dropout included;
+    # a projection inside it is read for itself
+    ({"fusion", "exponential", "reduce", "divide"}, [f"jit(forward)/bert/self_attention_layer/{kinds.ATTENTION_SCOPE}"
+                                                     "/softmax/exp"], "attention"),
+    ({"fusion", "dot"}, [f"jit(train_step)/transpose(jvp(bert))/layer_0/attn/{kinds.ATTENTION_SCOPE}/aecd,abcd->acbe/"
+                         "dot_general"], "attention"),
+    ({"fusion", "xor", "shift-right-logical"}, [f"jit(f)/attn/{kinds.ATTENTION_SCOPE}/dropout/jit(_bernoulli)/xor"],
+     "attention"),
+    ({"fusion", "dot"}, [f"jit(f)/attn/{kinds.ATTENTION_SCOPE}/{kinds.PROJECTION_SCOPE}/qkv/dot_general"],
+     "matmul_conv"),
+    ({"fusion", "add", "transpose"}, [f"jit(f)/attn/{kinds.ATTENTION_SCOPE}/mul", "jit(f)/attn/query/add"],
+     "elementwise"),                                      # partly outside the core: by its content
+    # threefry needs both its xor and its logical shift
+    ({"fusion", "xor", "add"}, [], "elementwise"),
+    ({"fusion", "shift-right-logical", "or"}, [], "elementwise"),
     ({"fusion", "exponential", "reduce", "log", "subtract"}, [], "elementwise"),  # log-softmax: the loss
     ({"fusion", "reduce", "rsqrt", "multiply"}, [], "normalization"),
     ({"fusion", "xor", "shift-right-logical", "add"}, [], "random"),
@@ -209,6 +279,49 @@ def test_every_kind_but_waiting_has_names_here():
 ])
 def test_an_xla_instruction_is_of_the_kind_of_what_it_holds(opcodes, op_names, kind):
     assert kinds.of_hlo(opcodes, op_names) == kind
+
+
+@pytest.mark.parametrize("name, fused", [
+    ("loop_add_fusion.1", True), ("cpp_fused_add_mul_0", True), ("triton_poi_fused_gelu_0", True),
+    ("input_reduce_fusion", True),
+    # a library's own fused kernels and ops are no compiler's fusion
+    ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", False), ("FusedBatchNormV3", False),
+    ("_FusedConv2D", False), ("_MklNativeFusedMatMul", False), ("aten::_fused_dropout", False)])
+def test_a_compiler_fusion_is_told_from_a_librarys_fused_kernel(name, fused):
+    assert kinds.is_compiler_fusion(name) is fused
+
+
+def test_the_wire_reader_reads_every_wire_type_a_message_holds():
+    """A float field (fixed32, wire type 5) and a double (fixed64, 1) beside a string and a varint: all read."""
+    message = (bytes([(1 << 3) | 5]) + b"\x00\x00\x80\x3f" + bytes([(2 << 3) | 1]) + b"\x00" * 8
+               + bytes([(3 << 3) | 2, 2]) + b"hi" + bytes([(4 << 3) | 0, 150, 1]))
+    assert list(compiled.fields(message)) == [(1, b"\x00\x00\x80\x3f"), (2, b"\x00" * 8), (3, b"hi"), (4, 150)]
+    with pytest.raises(ValueError, match="wire type 3"):
+        list(compiled.fields(bytes([(1 << 3) | 3])))
+
+
+def test_a_kept_trace_keeps_a_single_ops_content_too():
+    """A cuBLAS custom call or a bare dot is no fusion: its content is kept all the same, so the kept trace reads it
+    from the program, not by its name (cublas-gemm.1 would read matmul by name; dot.3 would not say it is one)."""
+    found = {"jit_f": {"custom-call.7": compiled.Content(frozenset({"custom-call:__cublas$lt$matmul"}), (), False),
+                       "bitcast.2": compiled.Content(frozenset({"bitcast"}), (), False),
+                       "parameter.0": compiled.Content(frozenset({"parameter"}), (), False)}}
+    kept = compiled.from_json(json.loads(json.dumps(compiled.as_json(found))))
+    assert set(kept["jit_f"]) == {"custom-call.7", "bitcast.2"}
+    assert kinds.of_hlo(set(kept["jit_f"]["custom-call.7"].opcodes)) == "matmul_conv"
+
+
+def test_two_programs_of_one_module_name_are_told_apart_by_their_program_id():
+    """XLA compiles one jitted function again for new shapes: two programs of one module name, each kernel naming
+    its own by program_id (tsl's program_id stat)."""
+    programs = {"jit_step(1)": {"fusion.1": compiled.Content(frozenset({"fusion", "dot"}), (), True)},
+                "jit_step(2)": {"fusion.1": compiled.Content(frozenset({"fusion", "transpose", "copy"}), (), True)},
+                "jit_step": {"fusion.1": compiled.Content(frozenset({"fusion", "dot"}), (), True)}}
+    events = [*steps_of(0, 1000, 1),
+              x("fusion.1", 0, 100, cat=None, hlo_module="jit_step", hlo_op="fusion.1", program_id=2),
+              x("fusion.1", 200, 50, cat=None, hlo_module="jit_step", hlo_op="fusion.1", program_id=1)]
+    found = trace.breakdown(trace.Trace(trace.events_of(events), programs), 1, "cpu")["ms_per_step"]
+    assert found["data_movement"] == pytest.approx(0.1) and found["matmul_conv"] == pytest.approx(0.05)
 
 
 def test_a_real_xspace_says_what_each_fusion_holds():
@@ -230,13 +343,23 @@ def test_a_real_xspace_says_what_each_fusion_holds():
 # ---------------------------------------------------------------- GPU traces, shaped as each profiler writes them
 
 def kineto_gpu():
-    """torch.profiler's Chrome trace on a GPU (Kineto): host cpu_ops and their cudaLaunchKernel, each with the
-    External id and correlation its kernel carries; the kernels on the device's stream; the optimizer's annotation
-    mirrored on the device as gpu_user_annotation (no activity). 2 steps of 1000 us, a timed step of 800 us."""
+    """torch.profiler's Chrome trace on a GPU as Kineto writes it (libkineto GenericActivityProfiler.cpp, output_json.cpp):
+    the GPU's process is the device index (pid 0) named after the host process ("python3") with the label "GPU 0"
+    (process_labels); host cpu_ops and their cudaLaunchKernel with the External id and correlation their kernel
+    carries; the kernels on the stream's thread; every user annotation mirrored on the device as a
+    gpu_user_annotation (the steps' marks too: no activity, no second mark); a Stream Sync (cuda_sync) on the device
+    and the CUPTI Overhead process (pid -1, category overhead): no activity either. 2 steps of 1000 us, a timed step
+    of 800 us."""
     host = dict(pid=4242, tid=4242)
     dev = dict(pid=0, tid=7)
-    return [named("process_name", 4242, "python3"), named("process_name", 0, "GPU 0"),
-            *steps_of(0, 1000, 2, **host),
+    mirrored = [x(MARKER, 39, 1312, cat="gpu_user_annotation", **dev),
+                x(STEP, 39, 302, cat="gpu_user_annotation", **dev), x(STEP, 1039, 312, cat="gpu_user_annotation", **dev)]
+    return [named("process_name", 4242, "python3"), {"ph": "M", "name": "process_labels", "pid": 4242, "tid": 0,
+                                                     "args": {"labels": "CPU"}},
+            named("process_name", 0, "python3"), {"ph": "M", "name": "process_labels", "pid": 0, "tid": 0,
+                                                  "args": {"labels": "GPU 0"}},
+            named("process_name", -1, "CUPTI Overhead"), named("thread_name", 0, "stream 7", 7),
+            *steps_of(0, 1000, 2, **host), *mirrored,
             x("aten::addmm", 10, 50, **host, **{"External id": 11}),
             x("cudaLaunchKernel", 20, 10, cat="cuda_runtime", **host, **{"External id": 11, "correlation": 501}),
             x("Optimizer.step#AdamW.step", 100, 300, cat="user_annotation", **host, **{"External id": 20}),
@@ -255,7 +378,9 @@ def kineto_gpu():
             x("ampere_sgemm_64x64_nn", 1040, 100, cat="kernel", **dev, **{"External id": 31, "correlation": 503}),
             x("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4>", 1150,
               50, cat="kernel", **dev, **{"External id": 32, "correlation": 504}),
-            x("Memcpy HtoD (Pageable -> Device)", 1300, 50, cat="gpu_memcpy", **dev)]
+            x("Memcpy HtoD (Pageable -> Device)", 1300, 50, cat="gpu_memcpy", **dev),
+            x("Stream Sync", 400, 500, cat="cuda_sync", pid=0, tid=7 + (1 << 20)),
+            x("CUPTI Overhead", 600, 100, cat="overhead", pid=-1, tid=0)]
 
 
 def xprof_gpu(xla: bool):
@@ -266,7 +391,8 @@ def xprof_gpu(xla: bool):
     dev, host = 1, 701
     meta = [named("process_name", dev, "/device:GPU:0"), named("process_name", host, "/host:CPU"),
             named("thread_name", dev, "Stream #14(Compute)", 14), named("thread_name", dev, "TensorFlow Ops", 2),
-            named("thread_name", dev, "XLA Ops", 3), named("thread_name", dev, "Steps", 1)]
+            named("thread_name", dev, "XLA Ops", 3), named("thread_name", dev, "Steps", 1),
+            named("thread_name", dev, "CUPTI overhead", 15)]     # tsl's cupti_collector.cc GetDeviceXLineName
     if not xla:
         return meta + [*steps_of(0, 1000, 1, pid=host, tid=5),
                        x("MatMul", 10, 30, pid=host, tid=5, cat=None, is_eager=0, correlation_id=77),
@@ -285,11 +411,13 @@ def xprof_gpu(xla: bool):
                      hlo_op="cublas-gemm.1"),
                    x("input_reduce_fusion", 600, 50, pid=dev, tid=14, cat=None, hlo_module="jit_train_step",
                      hlo_op="input_reduce_fusion"),
-                   x("fusion.3", 50, 300, pid=dev, tid=3, cat=None, hlo_op="fusion.3")]   # derived: XLA Ops
+                   x("fusion.3", 50, 300, pid=dev, tid=3, cat=None, hlo_op="fusion.3"),   # derived: XLA Ops
+                   x("CUPTI overhead", 700, 200, pid=dev, tid=15, cat=None)]
 
 
 XLA_PROGRAMS = {"jit_train_step": {
-    "fusion.3": compiled.Content(frozenset({"fusion", "exponential", "reduce", "divide"}), (), True),
+    "fusion.3": compiled.Content(frozenset({"fusion", "exponential", "reduce", "divide"}),
+                                 (f"jit(train_step)/attention/{kinds.ATTENTION_SCOPE}/softmax/exp",), True),
     "cublas-gemm.1": compiled.Content(frozenset({"custom-call:__cublas$gemm"}), (), False)}}
 
 
@@ -308,7 +436,7 @@ def paddle_gpu():
 
 GPU_CASES = {   # (trace, programs, steps, timed ms/step, expected timed kinds in us/step, layer-fused, graph-fused us)
     "kineto": (kineto_gpu, {}, 2, 0.8,
-               {"matmul_conv": 100, "optimizer": 50, "attention": 50, "random": 25, "data_movement": 25}, 0, 0),
+               {"matmul_conv": 100, "optimizer": 50, "attention": 75, "data_movement": 25}, 0, 0),
     "tensorflow without XLA": (lambda: xprof_gpu(False), {}, 1, 1.0,
                                {"matmul_conv": 300, "normalization": 100, "elementwise": 50}, 100, 50),
     "XLA (JAX or TensorFlow)": (lambda: xprof_gpu(True), XLA_PROGRAMS, 1, 1.0,
@@ -332,6 +460,100 @@ def test_a_gpu_trace_reads_as_constructed(case):
     assert found["waiting_basis"] == "timed" and found["step_ms_per_step"] == pytest.approx(timed)
     assert found["layer_fused_ms_per_step"] * 1e3 == pytest.approx(layer_us)
     assert found["graph_fused_ms_per_step"] * 1e3 == pytest.approx(graph_us)
+    # one host mark a step (a device's mirrored marks are no second one): every step has its figures
+    assert len(found["per_step"]["step_ms"]) == steps and len(found["per_step"]["matmul_conv"]) == steps
+
+
+def test_a_kineto_trace_has_one_step_mark_a_step_and_its_figures():
+    """Kineto mirrors each kbench.step onto the GPU stream: read as a device's annotation, never as a second mark."""
+    events = trace.events_of(kineto_gpu())
+    start, end = trace.window(events)
+    assert trace.step_marks(events, start, end) == [(0.0, 1000.0), (1000.0, 2000.0)]
+    assert all(e.on_device for e in events if e.lane[0] == 0)          # the "python3" process labelled GPU 0
+
+
+@pytest.mark.parametrize("marks, per_step", [(2, True), (1, False), (3, False)])
+def test_per_step_figures_only_where_the_trace_holds_a_mark_for_each_step(marks, per_step):
+    """A trace with a step's mark missing or one too many gets no per-step figures (so no interval), not figures
+    cut at the wrong places."""
+    events = [x(MARKER, 0, 1000, cat="user_annotation"), *(x(STEP, i * 300, 300, cat="user_annotation")
+                                                           for i in range(marks)), x("aten::mm", 10, 100)]
+    found = trace.breakdown(trace.events_of(events), 2, "cpu")
+    assert (found["per_step"] is not None) is per_step
+
+
+def test_a_steps_kinds_share_the_time_of_ops_on_concurrent_lanes():
+    """Two lanes' ops at once share the moment: each step's kinds add up to at most its mark, not twice it."""
+    events = [*steps_of(0, 500, 2), x("aten::mm", 0, 400), x("aten::add", 0, 400, tid=2),
+              x("aten::mm", 500, 100)]
+    found = trace.breakdown(trace.events_of(events), 2, "cpu")["per_step"]
+    assert found["matmul_conv"] == pytest.approx([0.2, 0.1]) and found["elementwise"] == pytest.approx([0.2, 0.0])
+    assert found["waiting"] == pytest.approx([0.1, 0.4])
+
+
+def test_a_steps_layer_fused_time_is_the_layers_choice_alone_not_graplers():
+    """Per step, the fused ops a layer chose (FusedBatchNormV3) count, the remapper's (_FusedMatMul) do not: finding
+    4's interval covers the ops it is about."""
+    events = [*steps_of(0, 1000, 1), x("FusedBatchNormV3", 0, 100, cat=None, is_eager=0),
+              x("_FusedMatMul", 200, 300, cat=None, is_eager=0)]
+    found = trace.breakdown(trace.events_of(events), 1, "cpu")
+    assert found["per_step"]["layer_fused"] == pytest.approx([0.1]) and found["layer_fused_ms_per_step"] == 0.1
+    assert found["graph_fused_ms_per_step"] == pytest.approx(0.3)
+    assert found["layer_fused_kinds"] == {"normalization": pytest.approx(0.1)}
+
+
+def test_a_cpu_cells_waiting_is_its_profiled_windows_host_time_outside_ops_whatever_its_timed_step():
+    """On a CPU the timed step is not the basis: the profiled steps' ops against the unprofiled timed step would
+    mix two runs; waiting is the window less the ops."""
+    events = [*steps_of(0, 1000, 1), x("aten::mm", 0, 400)]
+    found = trace.breakdown(trace.events_of(events), 1, "cpu", timed_ms_per_step=0.5)
+    assert found["ms_per_step"]["waiting"] == pytest.approx(0.6) and found["waiting_basis"] == "profiled"
+
+
+def test_a_kernel_linked_to_its_launch_call_is_read_by_the_op_around_the_call():
+    """Paddle's kernels carry the correlation id of their cudaLaunchKernel, not of the operator: a kernel whose name
+    says nothing is read by the operator running around the launch call, not by the call's name."""
+    events = [*steps_of(0, 1000, 1, pid=9, tid=9),
+              x("layer_norm dygraph [0.05 ms]", 10, 60, pid=9, tid=9, cat="Operator"),
+              x("cudaLaunchKernel [0.01 ms]", 20, 10, pid=9, tid=9, cat="CudaRuntime", **{"correlation id": 5}),
+              x("void phi::funcs::SomeKernelOfItsOwn<float, 256>", 80, 400, pid=0, tid=3, cat="Kernel",
+                **{"correlation id": 5})]
+    found = trace.breakdown(trace.events_of(events), 1, "gpu", timed_ms_per_step=1.0)["ms_per_step"]
+    assert found["normalization"] == pytest.approx(0.4)
+
+
+def test_a_tensorflow_kernel_whose_name_says_nothing_reads_by_its_tf_op_without_a_link():
+    """XProf gives every kernel TensorFlow launched its tf_op (name:type), linked or not."""
+    events = [named("process_name", 1, "/device:GPU:0"), *steps_of(0, 1000, 1, pid=701, tid=5),
+              x("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<float>, long>", 50, 300, pid=1, tid=14,
+                cat=None, tf_op="model/dense/Relu:Relu")]
+    found = trace.breakdown(trace.events_of(events), 1, "gpu", timed_ms_per_step=1.0)["ms_per_step"]
+    assert found["elementwise"] == pytest.approx(0.3)
+
+
+def test_a_kernel_a_cuda_graph_ran_is_read_by_its_own_name_not_the_graphs_call():
+    """XLA's command buffers run many kernels as one CUDA graph; a kernel whose hlo_op is the graph's call (its
+    content: everything the call runs) is read by its own name, and the share run from graphs is observed."""
+    programs = {"jit_f": {"command_buffer.1": compiled.Content(frozenset({"call", "dot", "exponential"}), (), False)}}
+    events = [named("process_name", 1, "/device:GPU:0"), *steps_of(0, 1000, 1, pid=701, tid=5),
+              x("loop_transpose_fusion", 50, 100, pid=1, tid=14, cat=None, hlo_module="jit_f",
+                hlo_op="command_buffer.1", cuda_graph_exec_id=3),
+              x("sm90_xmma_gemm_f32f32", 200, 300, pid=1, tid=14, cat=None, hlo_module="jit_f",
+                hlo_op="command_buffer.1", cuda_graph_exec_id=3)]
+    found = trace.breakdown(trace.Trace(trace.events_of(events), programs), 1, "gpu", timed_ms_per_step=1.0)
+    assert found["ms_per_step"]["data_movement"] == pytest.approx(0.1)
+    assert found["ms_per_step"]["matmul_conv"] == pytest.approx(0.3) and found["graph_launched_share"] == 1.0
+
+
+def test_a_trace_whose_profiler_says_it_dropped_events_does_not_close():
+    """tsl's CUPTI collector writes "Detected GPU events dropped on <host>: ..." into its XSpace's warnings (the
+    kept trace carries them): the trace is short of those kernels, which would read as waiting."""
+    warning = ("Detected GPU events dropped on node7: Profiler has collected 5 driver events and 9 device events. "
+               "12 events dropped because total device(activity) events reaches max.")
+    kept = trace.Trace(trace.events_of(xprof_gpu(False)), {}, (warning,))
+    with pytest.raises(trace.NotClosed, match="dropped events"):
+        trace.breakdown(kept, 1, "gpu", timed_ms_per_step=1.0)
+    assert trace.breakdown(trace.Trace(kept.events, {}, ("some other remark",)), 1, "gpu", 1.0)
 
 
 def test_a_gpu_trace_whose_device_lanes_recorded_nothing_does_not_close():
@@ -349,9 +571,9 @@ REAL = {
     "native-torch-compiled-bert-predict": ("cpu", 3, None, {"fusion_unread", "matmul_conv"}),
     "keras3-torch-bert-predict": ("cpu", 3, None, {"matmul_conv"}),
     "keras3-jax-bert-fit": ("cpu", 3, "matmul_conv", {"normalization", "random", "optimizer", "data_movement"}),
-    "keras3-jax-bert-predict": ("cpu", 3, "matmul_conv", {"attention", "normalization"}),
+    "keras3-jax-bert-predict": ("cpu", 3, "matmul_conv", {"normalization"}),
     "keras3-tensorflow-bert-fit": ("cpu", 3, None, {"matmul_conv"}),
-    "keras2-sam-predict": ("cpu", 3, "matmul_conv", {"attention", "data_movement"}),
+    "keras2-sam-predict": ("cpu", 3, "matmul_conv", {"data_movement"}),
     "paddle-dygraph-bert-fit": ("cpu", 3, "matmul_conv", {"optimizer", "normalization"}),
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-# Field numbers. xplane.proto: XSpace.planes 1; XPlane.name 2, .event_metadata 4 (map entry: key 1, value 2),
+# Field numbers. xplane.proto: XSpace.planes 1, .errors 2, .warnings 3; XPlane.name 2, .event_metadata 4 (map entry: key 1, value 2),
 # .stat_metadata 5; XEventMetadata.name 2, .stats 5; XStat.metadata_id 1, .int64/uint64 3-4, .bytes 6;
 # XStatMetadata.id 1, .name 2. hlo.proto: HloProto.hlo_module 1; HloModuleProto.name 1, .computations 3;
 # HloComputationProto.name 1, .instructions 2, .id 5; HloInstructionProto.name 1, .opcode 2, .metadata 7
@@ -55,6 +55,12 @@ def fields(buf: bytes):
         else:
             raise ValueError(f"wire type {wire} at byte {i}: not a protobuf message this reader knows")
         yield number, value
+
+
+def messages(xspace: bytes) -> list[str]:
+    """The errors and warnings the profiler put in its XSpace (XSpace.errors 2, .warnings 3): tsl's CUPTI collector
+    says there when it dropped GPU events ("Detected GPU events dropped on <host>: ...")."""
+    return [value.decode(errors="replace") for number, value in fields(xspace) if number in (2, 3)]
 
 
 def _packed(value) -> list[int]:

@@ -1,7 +1,15 @@
-"""What kind of work an op is, rules as data (docs/breakdown.md#the-kinds says what each kind holds).
+"""What kind of work an op is, rules as data (docs/breakdown.md#the-kinds says what each kind holds, and how each
+profiler shows it).
 
-A kind names the work, never the packaging: a compiler's fusion is of the kind of what it holds, read from what the
-compiler says it put in, in this order:
+A kind names the work, never the packaging, the same in every column: a compiler's fusion is of the kind of what it
+holds, a library's fused kernel of the kind of the work it does. Read, in this order:
+- the attention core: what one scaled-dot-product-attention call computes (Q.K^T, its scale and mask, the softmax,
+  dropout of the probabilities, P.V; forward and backward), wherever it runs: an attention op or kernel (SDPA,
+  flash, fmha), every op inside its scope, and every op inside the ATTENTION_SCOPE name scope the adapters put
+  around an attention core that is no single op (Keras's MultiHeadAttention._compute_attention; an XLA
+  instruction's metadata carries it, as a TensorFlow op's name and a torch record_function event do). A
+  projection called inside such a core (PROJECTION_SCOPE) is read for itself: Q/K/V/output projections are matrix
+  products in every column. A softmax outside an attention core is a reduction (the loss's, a classifier's);
 - an XLA op (JAX, Keras 3 on TensorFlow, Keras 2 under XLA): the opcodes of its HLO instruction and of every
   computation it calls, from the compiled program's optimized HLO (kbench.breakdown.compiled): HLO_RULES;
 - an Inductor kernel (cpp_fused_*, triton_{poi,red,per,tem}_fused_*): the ATen ops its name lists (its source nodes),
@@ -10,7 +18,7 @@ compiler says it put in, in this order:
 - any other name (torch's and TensorFlow's ops, Paddle's operators, CUDA library kernels): NAME_RULES, first match.
 An XLA fusion whose program's HLO is not in the trace is read by its name's stems (XLA names a fusion after what it
 holds: multiply_add_fusion); one whose name says nothing (ynn_fusion.3, fusion.12) is "fusion, content not read".
-Random numbers are their own kind wherever they run, a scope's included (dropout's mask is not attention's work).
+Random numbers outside an attention core are their own kind wherever they run (a hidden layer's dropout mask).
 
 "fused" is no kind: a breakdown's fused share says how much of the step ran in compiler fusions, whatever they hold.
 """
@@ -35,9 +43,10 @@ NAME_RULES = (
                r"|(^|[^a-z])uniform|normal_kernel|distribution_|fused_dropout"),
     ("optimizer", r"optimizer|adamw?([^a-z]|$)|applyadam|fused_adam|_foreach_|optimization step|momentum"),
     ("normalization", r"norm|moments|(^|[^a-z])bn_(fw|bw)|batchnorm"),
-    # the loss's log-softmax is not attention
+    # the loss's log-softmax and cross-entropy are reductions
     ("elementwise", r"log_?softmax|cross_?entropy|nll_?loss"),
-    ("attention", r"attention|sdpa|flash|fmha|softmax"),
+    # an attention op or kernel (a softmax alone is no attention core: it is a reduction)
+    ("attention", r"attention|sdpa|flash|fmha"),
     ("matmul_conv", r"(^|[^a-z])(mm|bmm|addmm|baddbmm|addbmm|matmul|linear|einsum|dot|gemm|gemv)([^a-z]|$)"
                     r"|matmul|cublas|cutlass|gemm|xmma|conv(?!ert)|winograd|implicit_convolve"),
     ("data_movement", r"copy|transpose|permute|reshape|view|contiguous|concat|(^|::)cat$|slice|gather|scatter"
@@ -53,22 +62,29 @@ NAME_RULES = (
 )
 _NAME_RES = tuple((kind, re.compile(pattern)) for kind, pattern in NAME_RULES)
 
+# The name scopes the adapters put around an attention core that is no single op (kbench.adapters._scopes), and
+# around a projection called inside one: found as a host event's name (torch's record_function), a segment of an
+# XLA instruction's op_name or of a TensorFlow op's name
+ATTENTION_SCOPE = "kbench_attention"
+PROJECTION_SCOPE = "kbench_projection"
 # Scopes: a host event whose name says what every op inside it does, and whose own time between its ops is that
-# work too (the optimizer's Python between its kernels)
+# work too (the optimizer's Python between its kernels); a projection scope undoes an attention scope around it
 SCOPES = (("optimizer", re.compile(r"^optimizer\.step|optimization step|optimizer\.zero_grad")),
-          ("attention", re.compile(r"scaled_dot_product_attention|_scaled_dot_product")))
+          ("attention", re.compile(r"scaled_dot_product_attention|_scaled_dot_product|^" + ATTENTION_SCOPE + "$")),
+          ("projection", re.compile("^" + PROJECTION_SCOPE + "$")))
+# A scope's own time between its ops is its work's: a projection's (its Python around its product) a matrix product's
+SCOPE_WORK = {"projection": "matmul_conv"}
 
-# HLO: (kind, opcodes, custom-call targets (substrings)) of which one must be there, first match wins; past them a
-# softmax, JAX's threefry; a fusion whose opcodes are all MOVEMENT is data movement, else elementwise and reductions.
+# HLO: (kind, opcodes, custom-call targets (substrings)) of which one must be there, first match wins; past them
+# JAX's threefry; a fusion whose opcodes are all MOVEMENT is data movement, else elementwise and reductions (a
+# softmax too: outside an attention core's scope it is a reduction).
 HLO_RULES = (
     ("random", {"rng", "rng-bit-generator", "rng-get-and-update-state"}, ()),
     ("attention", set(), ("fmha", "flash")),
     ("matmul_conv", {"dot", "convolution", "ragged-dot", "scaled-dot"}, ("gemm", "conv", "matmul", "cublas")),
     ("normalization", {"batch-norm-training", "batch-norm-inference", "batch-norm-grad", "rsqrt"}, ("norm",)),
 )
-# a softmax: an exponential beside a reduction, and no logarithm (a log-softmax is the loss)
-SOFTMAX = ({"exponential", "reduce"}, {"log"})
-# JAX's threefry: bit mixing by xor and shifts
+# JAX's threefry: bit mixing by xor and shifts, both
 THREEFRY = {"xor", "shift-right-logical"}
 MOVEMENT = {"copy", "transpose", "bitcast", "broadcast", "reshape", "slice", "dynamic-slice", "dynamic-update-slice",
             "concatenate", "pad", "gather", "scatter", "reverse", "iota", "constant", "parameter", "tuple",
@@ -84,7 +100,7 @@ HLO_SCOPES = (("optimizer", re.compile(r"(^|/)(adam_?w?|sgd|rmsprop|adafactor|li
 # no stem says nothing of its content
 XLA_FUSION = re.compile(r"^(?P<stems>[a-z0-9_-]*?)_?fusion(\.\d+)?$")
 MOVEMENT_STEMS = {"copy", "transpose", "bitcast", "broadcast", "reshape", "slice", "dynamic", "update", "concatenate",
-                  "pad", "gather", "scatter", "reverse", "iota", "constant", "tuple"}
+                  "pad", "gather", "scatter", "reverse", "iota", "constant", "tuple", "get", "element"}
 SILENT_STEMS = {"", "ynn", "loop", "input", "output", "kloop", "kinput", "koutput", "custom", "wrapped"}
 INDUCTOR = re.compile(r"^(cpp|triton)_(?:(?P<kind>poi|red|per|tem)_)?fused_(?P<ops>.*?)(_\d+)?$")
 INDUCTOR_GRAPH = re.compile(r"compiledfxgraph|torch-compiled region|compiledfunction")
@@ -110,20 +126,32 @@ def of_scope(name: str) -> str | None:
     return next((kind for kind, pattern in SCOPES if pattern.search(lowered)), None)
 
 
+def in_attention_core(op_name: str) -> bool:
+    """Whether a framework op name (an XLA instruction's metadata, a TensorFlow op's name) lies in an attention
+    core's scope and not in a projection called inside it."""
+    parts = op_name.split("/")
+    if ATTENTION_SCOPE not in parts:
+        return False
+    last = len(parts) - 1 - parts[::-1].index(ATTENTION_SCOPE)
+    return PROJECTION_SCOPE not in parts[last:]
+
+
 def of_hlo(opcodes: set[str], op_names: list[str] = ()) -> str:
     """The kind of an XLA instruction from the opcodes it holds (a fusion: its fused computations' too) and the
-    framework scopes its instructions came from (their OpMetadata.op_name, HLO_SCOPES)."""
+    framework scopes its instructions came from (their OpMetadata.op_name): the optimizer's update or an attention
+    core where every named part lies in one (the core's products, softmax and dropout mask included), else its
+    content, a matrix product first; HLO_SCOPES name a norm or random numbers where the content says no more."""
     named = [n for n in op_names if "/" in n]
     scoped = next((kind for kind, pattern in HLO_SCOPES if named and all(pattern.search(n) for n in named)), None)
     if scoped == "optimizer":
         return scoped
+    if named and all(in_attention_core(n) for n in named):
+        return "attention"
     targets = [op.split(":", 1)[1] for op in opcodes if op.startswith("custom-call:")]
     by_content = next((kind for kind, wanted, words in HLO_RULES
                        if opcodes & wanted or any(word in target for target in targets for word in words)), None)
     if by_content is None and THREEFRY <= opcodes:
         by_content = "random"
-    if by_content is None and SOFTMAX[0] <= opcodes and not opcodes & SOFTMAX[1]:
-        by_content = "attention"
     if by_content in ("matmul_conv", "random", "attention"):
         return by_content
     if scoped:
@@ -135,20 +163,21 @@ def of_hlo(opcodes: set[str], op_names: list[str] = ()) -> str:
 
 
 def of_xla_name(name: str) -> tuple[str, bool]:
-    """A fusion read by its name's stems: (kind, whether the name said anything). Not a fusion: of_name."""
+    """A fusion read by its name's stems: (kind, whether the name said anything). Not a fusion: of_name. XLA's
+    emitter prefixes (loop_, input_, ...) say how it runs, not what it holds: dropped before the stems are read."""
     found = XLA_FUSION.match(name.lower())
     if not found:
         return of_name(name), True
-    stems = [s for s in re.split(r"[_.]", found["stems"]) if s and not s.isdigit()]
-    if not stems or set(stems) <= SILENT_STEMS:
+    stems = {s for s in re.split(r"[-_.]", found["stems"]) if s and not s.isdigit()} - SILENT_STEMS
+    if not stems:
         return "fusion_unread", False
-    if {"dot", "convolution", "gemm", "conv"} & set(stems):
+    if {"dot", "convolution", "gemm", "conv"} & stems:
         return "matmul_conv", True
-    if {"rsqrt"} & set(stems):
+    if {"rsqrt"} & stems:
         return "normalization", True
-    if {"xor", "rng"} & set(stems):
+    if {"rng", "xor"} & stems or {"shift", "logical"} <= stems:     # threefry's rounds, its bits to floats
         return "random", True
-    if set(stems) <= MOVEMENT_STEMS:
+    if stems <= MOVEMENT_STEMS:
         return "data_movement", True
     return "elementwise", True
 

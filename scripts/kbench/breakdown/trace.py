@@ -37,9 +37,11 @@ from kbench.breakdown import compiled, kinds
 MARKER = "kbench.steps"
 STEP_MARKER = "kbench.step"
 CLOSURE_TOLERANCE = 1e-3        # relative to the window: rounding of microsecond timestamps, no more
-UNRECOGNISED_TOLERANCE = 0.05   # of the window: events on op lanes read as nothing known
+UNRECOGNISED_TOLERANCE = 0.05   # of the window: events on the host read as nothing known
 TOP_OPS = 5
 PROGRAMS_KEY = "kbenchPrograms"     # where a kept trace carries its XLA programs' contents (kbench.breakdown.measure)
+WARNINGS_KEY = "kbenchProfilerWarnings"     # and what the profiler said of its collection
+DROPPED = re.compile(r"dropped", re.I)      # a profiler that says it dropped events: the trace is short of them
 
 # Which events are ops (the rest are the profiler's, the runtime's or Python's own): by category, or by an argument
 # the op events carry
@@ -49,20 +51,37 @@ OP_ARGS = ("hlo_op",        # XLA's ops: JAX, and TensorFlow under jit_compile
            "is_eager")      # TensorFlow's own ops (a graph's or eager)
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset",        # torch (Kineto)
                      "Kernel", "Memcpy", "Memset"}                # Paddle
+# Events on a device's lanes that are no activity of the device: the profiler's annotations mirrored there
+# (Kineto's gpu_user_annotation), its own overhead (Kineto's "overhead" category), a host's waits on the device
+# (Kineto's cuda_sync: Stream Sync, Event Sync)
 ANNOTATIONS = {"user_annotation", "gpu_user_annotation", "python_function", "Trace", "trace", "ProfileStep",
                "UserDefined", "PythonUserDefined", "ac2g"}
+NOT_ACTIVITY = {"overhead", "gpu_overhead", "cuda_sync"}
+# A device's process: XProf's "/device:GPU:0", Paddle's "GPU 0"; Kineto names a GPU's process after the host's
+# ("python3") and labels it "GPU 0" (libkineto GenericActivityProfiler: process_labels), so a process that holds a
+# device's kernels or copies is the device's too
 DEVICE_PROCESS = re.compile(r"/device:(gpu|cuda)|^gpu \d", re.I)
-# The lines XProf derives from a device's kernels (tsl's xplane_schema line names): not activity of their own
+# The lines XProf derives from a device's kernels (tsl's xplane_schema line names) and the line tsl's CUPTI collector
+# gives the profiler's own overhead: not activity of their own
 DERIVED_LINES = re.compile(r"^(steps|tensorflow name scope|tensorflow ops|framework name scope|framework ops|"
-                           r"xla modules|xla ops|async xla ops|launch stats|source code|_counters_|xla traceme)", re.I)
-# The runtime's own events on the op lanes, which hold ops, and Python's frames as XProf's python tracer writes them
-# ("$file.py:120 run"): known, so not unrecognised
-RUNTIME = re.compile(r"^(\$|profilerstep#|##|thunk|tfrtcpu|pjrt|pjit|executor|execute|.*executable|xla(cpu|gpu)?:?"
-                     r".*run|ncclkernel|kbench\.|end: |tfe_|<lambda>$|__inference_)|run_?graph|session|function|eager"
-                     r"|kernelanddevice|blockuntilready|deletetensorhandle|cuda|hip|launch|threadpool|slinky"
-                     r"|^tf\.|convert_to_tensor|validateinput", re.I)
+                           r"xla modules|xla ops|async xla ops|launch stats|source code|_counters_|xla traceme|"
+                           r"cupti overhead)", re.I)
+# The runtime's own events on the host, which hold ops or wait on them, and Python's frames as XProf's python tracer
+# writes them ("$file.py:120 run"): known, so not unrecognised. Each anchored at the name's start: an op whose
+# name merely contains such a word is an op the reader missed
+RUNTIME = re.compile(r"^(\$|profilerstep#|##|thunk|tfrtcpu|pjrt|pjit|executor|execute|xla(cpu|gpu)?(::|:| )|"
+                     r"ncclkernel|kbench\.|end: |tfe_|<lambda>$|__inference_|eagerkernelexecute|eagerlocalexecute|"
+                     r"eagerexecute|kernelanddevice|blockuntilready|deletetensorhandle|cuda[a-z]*(\(|$| )|"
+                     r"cudalaunch|cudagraphlaunch|hiplaunch|threadpool|slinky|tf\.|convert_to_tensor|validateinput|"
+                     r"functionrun|runfunction|run_graph|rungraph|session|torchdynamo|torch-compiled region|"
+                     r"pregraph bytecode|aotdispatcher|## call compiledfxgraph|compiledfunction|"
+                     r"[a-z_]*executable(::| )|localcomputation|pyjit|pmap)", re.I)
 RUNTIME_ARGS = ("tf_function_call",)     # a tf.function's call, named after its Python function (one_step_on_data)
 LINKS = ("External id", "correlation", "correlation_id", "correlation id")
+# A kernel CUDA ran from a graph (a CUDA graph, XLA's command buffers): its launch is the graph's
+GRAPH_ARGS = ("graph id", "graph_id", "graph node id",                        # Kineto
+              "cuda_graph_id", "cuda_graph_exec_id", "cuda_graph_orig_id")      # tsl's stat names (XProf)
+CALLS = {"call", "command-buffer", "conditional", "while", "async-start"}      # an XLA instruction that runs others
 _PADDLE_DURATION = re.compile(r"\[[0-9.]+ [mun]?s\]$")       # Paddle appends each event's duration to its name
 
 
@@ -86,6 +105,7 @@ class Event:
 class Trace:
     events: list
     programs: dict          # XLA programs' contents: kbench.breakdown.compiled
+    warnings: tuple = ()    # what the profiler said of its own collection (its XSpace's errors and warnings)
 
 
 def read_trace(path: str | Path) -> Trace:
@@ -95,25 +115,28 @@ def read_trace(path: str | Path) -> Trace:
     with (gzip.open(path, "rt") if path.read_bytes()[:2] == b"\x1f\x8b" else open(path)) as f:
         data = json.load(f)
     raw = data["traceEvents"] if isinstance(data, dict) else data
-    kept = data.get(PROGRAMS_KEY, {}) if isinstance(data, dict) else {}
-    return Trace(events_of(raw), compiled.from_json(kept))
+    kept = data if isinstance(data, dict) else {}
+    return Trace(events_of(raw), compiled.from_json(kept.get(PROGRAMS_KEY, {})), tuple(kept.get(WARNINGS_KEY, ())))
 
 
 def events_of(raw: list[dict]) -> list[Event]:
-    names = {}
+    names, device_pids = {}, set()
     for e in raw:
-        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name", "process_labels"):
+            args = e.get("args") or {}
             names[(e["name"], e.get("pid"), e.get("tid") if e["name"] == "thread_name" else None)] = \
-                str((e.get("args") or {}).get("name", ""))
+                str(args.get("name", args.get("labels", "")))
+        elif e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES:
+            device_pids.add(e.get("pid"))
+    device_pids |= {pid for (kind, pid, _), name in names.items()
+                    if kind in ("process_name", "process_labels") and DEVICE_PROCESS.search(name)}
     found = []
     for e in raw:
         if e.get("ph") != "X" or "dur" not in e:
             continue
         category, start, pid = e.get("cat"), float(e["ts"]), e.get("pid")
-        device = category in DEVICE_CATEGORIES or bool(DEVICE_PROCESS.search(names.get(("process_name", pid, None),
-                                                                                         "")))
         found.append(Event(_PADDLE_DURATION.sub("", str(e.get("name", ""))).strip(), start, start + float(e["dur"]),
-                           (pid, e.get("tid")), category, e.get("args") or {}, device,
+                           (pid, e.get("tid")), category, e.get("args") or {}, pid in device_pids,
                            names.get(("thread_name", pid, e.get("tid")), "")))
     return found
 
@@ -121,8 +144,8 @@ def events_of(raw: list[dict]) -> list[Event]:
 def is_op(event: Event) -> bool:
     """A host op, or any activity on a device's lanes (its kernels, copies and sets)."""
     if event.on_device:
-        return event.category not in ANNOTATIONS and event.name not in (MARKER, STEP_MARKER) \
-            and not DERIVED_LINES.match(event.line)
+        return event.category not in ANNOTATIONS and event.category not in NOT_ACTIVITY \
+            and event.name not in (MARKER, STEP_MARKER) and not DERIVED_LINES.match(event.line)
     return event.category in OP_CATEGORIES or any(arg in event.args for arg in OP_ARGS)
 
 
@@ -181,8 +204,8 @@ def union_length(intervals) -> float:
 
 
 class _Host:
-    """The host's lanes, for a device kernel's launcher and the scope around an op: the innermost host event at a
-    moment of a lane, found by bisection."""
+    """The host's lanes, for a device kernel's launcher and the scope around an op: the innermost op at a moment of
+    a lane (by bisection) and each host event's innermost scope (one sweep a lane: no search per op)."""
 
     def __init__(self, events: list[Event]):
         self.by_link: dict[tuple, Event] = {}
@@ -195,10 +218,8 @@ class _Host:
                 if link in e.args and (is_op(e) or (link, e.args[link]) not in self.by_link):
                     self.by_link[(link, e.args[link])] = e
         self.ops = {lane: innermost_segments([e for e in found if is_op(e)]) for lane, found in lanes.items()}
-        self.kind_of_scope = scoped(events)
-        self.scopes = {lane: sorted((e for e in found if id(e) in self.kind_of_scope), key=lambda e: e.start)
-                       for lane, found in lanes.items()}
         self.starts = {lane: [s[0] for s in segments] for lane, segments in self.ops.items()}
+        self.kind_of_scope, self.scope_around = scoped(lanes)
 
     def op_at(self, lane, moment: float) -> Event | None:
         segments = self.ops.get(lane, [])
@@ -206,10 +227,14 @@ class _Host:
         return segments[i][2] if i >= 0 and segments[i][1] >= moment else None
 
     def scope_of(self, event: Event) -> str | None:
-        around = [s for s in self.scopes.get(event.lane, ()) if s.start <= event.start and s.end >= event.end]
-        return self.kind_of_scope[id(around[-1])] if around else None
+        """The kind of the innermost scope around a host event, itself included (None: none, or a projection
+        inside an attention core, which is read for itself)."""
+        kind = self.kind_of_scope.get(id(event)) or self.scope_around.get(id(event))
+        return None if kind == "projection" else kind
 
     def launcher(self, kernel: Event) -> Event | None:
+        """The host op that launched a device kernel: the op its link names, or the op running around the launch
+        call its link names (cudaLaunchKernel, Paddle's and XProf's correlation ids)."""
         for link in LINKS:
             if link in kernel.args:
                 found = self.by_link.get((link, kernel.args[link]))
@@ -218,46 +243,83 @@ class _Host:
         return None
 
 
-def scoped(events: list[Event]) -> dict[int, str]:
-    """Every host event that scopes the ops inside it, with its kind (by id): by its name (kinds.SCOPES), or an
-    autograd node whose forward op ran inside such a scope (torch's "Sequence number" links the two): attention's
-    backward pass is attention's work, though autograd runs it outside the forward's scope."""
-    found = {id(e): kinds.of_scope(e.name) for e in events if not e.on_device and kinds.of_scope(e.name)}
-    by_lane: dict[tuple, list[Event]] = {}
-    for e in events:
-        if id(e) in found:
-            by_lane.setdefault(e.lane, []).append(e)
-    forward = {}
-    for e in events:
-        number = e.args.get("Sequence number")
-        if number is None or e.on_device or "backward" in e.name.lower() or e.lane not in by_lane:
+def _innermost(lanes: dict[tuple, list[Event]], kind_of: dict[int, str]) -> dict[int, str]:
+    """Each host event's innermost scope's kind (by id), a sweep a lane over its events in start order with the
+    open scopes on a stack (a lane's events nest: a call stack)."""
+    found: dict[int, str] = {}
+    for lane_events in lanes.values():
+        if not any(id(e) in kind_of for e in lane_events):
             continue
-        around = [s for s in by_lane[e.lane] if s is not e and s.start <= e.start and s.end >= e.end]
-        if around:
-            forward[number] = found[id(around[-1])]
-    for e in events:
-        if not e.on_device and "backward" in e.name.lower() and e.args.get("Sequence number") in forward:
-            found[id(e)] = forward[e.args["Sequence number"]]
+        stack: list[Event] = []
+        for e in sorted(lane_events, key=lambda e: (e.start, -e.end)):
+            while stack and stack[-1].end <= e.start:
+                stack.pop()
+            around = next((s for s in reversed(stack) if s.start <= e.start and s.end >= e.end), None)
+            if around is not None:
+                found[id(e)] = kind_of[id(around)]
+            if id(e) in kind_of:
+                stack.append(e)
     return found
 
 
-def _program(programs: dict, module: str | None, instruction: str):
-    by_instruction = programs.get(module or "") or programs.get(re.sub(r"[.(]\d+\)?$", "", module or ""))
+def scoped(lanes: dict[tuple, list[Event]]) -> tuple[dict[int, str], dict[int, str]]:
+    """Every host event that scopes the ops inside it, with its kind (by id), and each host event's innermost scope:
+    a scope by its name (kinds.SCOPES), or an autograd node whose forward op ran inside such a scope (torch's
+    "Sequence number" links the two): attention's backward pass is attention's work, though autograd runs it outside
+    the forward's scope."""
+    kind_of = {id(e): kinds.of_scope(e.name) for found in lanes.values() for e in found if kinds.of_scope(e.name)}
+    around = _innermost(lanes, kind_of)
+    forward = {e.args["Sequence number"]: around[id(e)] for found in lanes.values() for e in found
+               if "Sequence number" in e.args and "backward" not in e.name.lower() and id(e) in around}
+    backward = {id(e): forward[e.args["Sequence number"]] for found in lanes.values() for e in found
+                if "backward" in e.name.lower() and e.args.get("Sequence number") in forward}
+    if backward:
+        kind_of.update(backward)
+        around = _innermost(lanes, kind_of)
+    return kind_of, around
+
+
+def _program(programs: dict, op: Event):
+    """The compiled content of an XLA op: looked up by its program's id where the trace gives one (two programs of
+    one module name differ), else by its module's name."""
+    module, instruction = str(op.args.get("hlo_module", "")), str(op.args.get("hlo_op"))
+    program_id = op.args.get("program_id")
+    keys = ([f"{module}({program_id})", f"{module}.{program_id}"] if program_id is not None else []) + [
+        module, re.sub(r"[.(]\d+\)?$", "", module)]
+    by_instruction = next((programs[k] for k in keys if k in programs), None)
     return by_instruction.get(instruction) if by_instruction else None
 
 
-def classify(op: Event, programs: dict, host: _Host | None, launcher: Event | None = None) -> tuple[str, str, bool]:
+def _framework_name(op: Event, launcher: Event | None) -> str:
+    """The framework's own name of an op (a TensorFlow op's scoped name: its GPU kernel's tf_op "name:type", or the
+    host op's long name), where the trace gives one."""
+    for found in (op, launcher):
+        if found is not None:
+            for arg in ("tf_op", "long_name"):
+                if found.args.get(arg):
+                    return str(found.args[arg]).rsplit(":", 1)[0]
+    return ""
+
+
+def classify(op: Event, programs: dict, host: _Host | None, launcher: Event | None = None,
+             from_graph: bool = False) -> tuple[str, str, bool]:
     """An op's (kind, what it was read from, whether a compiler fused it); launcher: the host op that launched a
-    device kernel (_Host.launcher), where there is one."""
+    device kernel (_Host.launcher), where there is one. An attention core's scope decides first (its dropout mask
+    and softmax are the core's), then random numbers, then what the compiler or the op's name says. A kernel run
+    from a CUDA graph (XLA's command buffers) carries the graph's call as its hlo_op: read by its own name."""
+    around = op if not op.on_device else launcher
+    scope = host.scope_of(around) if host is not None and around is not None else None
+    fused = kinds.is_compiler_fusion(op.name)
+    if scope == "attention" or kinds.in_attention_core(_framework_name(op, launcher)):
+        return "attention", "scope", fused
     own = kinds.of_name(op.name)
     if own == "random":
         return "random", "name", False
-    around = op if not op.on_device else launcher
-    scope = host.scope_of(around) if host is not None and around is not None else None
     instruction = op.args.get("hlo_op")
-    fused = kinds.is_compiler_fusion(op.name)
     if instruction:
-        content = _program(programs, op.args.get("hlo_module"), str(instruction))
+        content = _program(programs, op)
+        if content is not None and from_graph and not content.fusion and content.opcodes & CALLS:
+            return kinds.of_inductor(op.name) or kinds.of_name(op.name), "kernel name", fused
         if content is not None:
             return scope or kinds.of_hlo(set(content.opcodes), list(content.op_names)), "program", content.fusion
         kind, said = kinds.of_xla_name(str(instruction))
@@ -272,99 +334,160 @@ def classify(op: Event, programs: dict, host: _Host | None, launcher: Event | No
         return "fusion_unread", "unread", True
     tf_op = str(op.args.get("tf_op", ""))
     if own == "other" and (launcher is not None or tf_op):
-        by_launcher = kinds.of_name(tf_op.rsplit(":", 1)[-1] if tf_op else launcher.name)
-        return by_launcher, "launcher", fused
+        return kinds.of_name(tf_op.rsplit(":", 1)[-1] if tf_op else launcher.name), "launcher", fused
     return own, "name", fused
+
+
+@dataclass
+class _Read:
+    """What the reader made of one op: its kind, what that was read from, whether a compiler fused it, whether it
+    is one of TensorFlow's library fusions ("layer", "graph" or None), whether it ran from a CUDA graph."""
+    kind: str
+    source: str
+    compiler_fused: bool
+    library: str | None = None
+    from_graph: bool = False
+
+
+@dataclass
+class _Tally:
+    """The attribution's sums over the window (microseconds) and per step."""
+    steps: list
+    by_kind: dict = field(default_factory=lambda: dict.fromkeys(kinds.KIND_NAMES, 0.0))
+    by_op: dict = field(default_factory=dict)
+    kind_of_op: dict = field(default_factory=dict)
+    by_source: dict = field(default_factory=dict)
+    fused: float = 0.0
+    xla: float = 0.0
+    library: dict = field(default_factory=lambda: {"layer": 0.0, "graph": 0.0})
+    layer_kinds: dict = field(default_factory=dict)
+    graph_launched: float = 0.0
+    gap: float = 0.0
+    by_step: dict = field(default_factory=dict)
+    layer_by_step: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.by_step = {k: [0.0] * len(self.steps) for k in kinds.KIND_NAMES}
+        self.layer_by_step = [0.0] * len(self.steps)
+
+    def add(self, a: float, b: float, op: Event, share: float, read: _Read) -> None:
+        spent = (b - a) * share
+        self.by_kind[read.kind] += spent
+        self.by_op[op.name] = self.by_op.get(op.name, 0.0) + spent
+        self.kind_of_op.setdefault(op.name, read.kind)
+        self.by_source[read.source] = self.by_source.get(read.source, 0.0) + spent
+        self.fused += spent if read.compiler_fused else 0.0
+        self.xla += spent if "hlo_op" in op.args else 0.0
+        self.graph_launched += spent if read.from_graph else 0.0
+        if read.library:
+            self.library[read.library] += spent
+        if read.library == "layer":
+            self.layer_kinds[read.kind] = self.layer_kinds.get(read.kind, 0.0) + spent
+        for i, (m0, m1) in enumerate(self.steps):
+            overlap = max(0.0, min(b, m1) - max(a, m0)) * share
+            if overlap:
+                self.by_step[read.kind][i] += overlap
+                self.layer_by_step[i] += overlap if read.library == "layer" else 0.0
 
 
 def breakdown(trace: Trace | list[Event], steps: int, device: str, timed_ms_per_step: float | None = None) -> dict:
     """The profiled steps' time per step by kind (ms), the waiting time, ops per step, the top ops, the compiler-fused
     share, the op library's fused ops' time, and each step's figures; device: "gpu" (the device's lanes count) or
-    "cpu" (the host's ops). NotClosed where the kinds do not add up to the busy time, a GPU trace recorded no device
-    activity, or too much of the window is in events read as nothing."""
+    "cpu" (the host's ops). NotClosed where the kinds do not add up to the busy time, the trace recorded no op on
+    the device it claims, or too much of the window is in events read as nothing."""
     trace = trace if isinstance(trace, Trace) else Trace(trace, {})
-    events = trace.events
-    start, end = window(events)
-    wall = end - start
+    dropped = [w for w in trace.warnings if DROPPED.search(w)]
+    if dropped:
+        raise NotClosed(f"the profiler dropped events, so the trace is short of them: {dropped[0][:300]}")
+    start, end = window(trace.events)
     on_device = device != "cpu"
     inside = [Event(e.name, max(e.start, start), min(e.end, end), e.lane, e.category, e.args, e.on_device, e.line)
-              for e in events if e.end > start and e.start < end]
-    ops = [e for e in inside if is_op(e) and e.on_device == on_device]
-    if on_device and not ops:
-        raise NotClosed("no device activity recorded: the trace's device lanes hold no kernel, copy or set in the "
-                        "profiled steps")
-    host = _Host(events) if on_device else None
-    scopes = [] if on_device else [e for e in inside if not e.on_device and kinds.of_scope(e.name)
-                                   and not is_op(e)]
+              for e in trace.events if e.end > start and e.start < end]
+    ops, scopes, strangers = _what_counts(inside, on_device)
+    host = _Host(trace.events if on_device else inside)
+    read = _read_all(ops, scopes, strangers, trace.programs, host, on_device)
     lanes: dict[tuple, list[Event]] = {}
-    for e in ops + scopes:
+    for e in ops + scopes + strangers:
         lanes.setdefault(e.lane, []).append(e)
-    reader = host if on_device else _Host(inside)
-    scope_ids = {id(e) for e in scopes}
-    read: dict[int, tuple[str, str, bool, str | None]] = {}
-    for e in ops + scopes:
-        if id(e) in scope_ids:
-            read[id(e)] = (kinds.of_scope(e.name), "scope", False, None)
-        else:
-            launcher = host.launcher(e) if on_device else None       # found once: a lookup per kernel
-            read[id(e)] = (*classify(e, trace.programs, reader, launcher), _library_fused(e, launcher))
-    segments = [s for lane_events in lanes.values() for s in innermost_segments(lane_events)]
-    marks = step_marks(events, start, end)
-    per_step_marks = marks if len(marks) == steps else []
-    by_kind = dict.fromkeys(kinds.KIND_NAMES, 0.0)
-    by_step = {k: [0.0] * len(per_step_marks) for k in kinds.KIND_NAMES}
-    by_op: dict[str, float] = {}
-    kind_of_op: dict[str, str] = {}
-    by_source: dict[str, float] = {}
-    fused = xla = 0.0
-    library = {"layer": 0.0, "graph": 0.0}
-    library_by_step = [0.0] * len(per_step_marks)
-    for a, b, op, share in _shared(segments):
-        kind, source, compiler_fused, is_library = read[id(op)]
-        spent = (b - a) * share
-        by_kind[kind] += spent
-        by_op[op.name] = by_op.get(op.name, 0.0) + spent
-        kind_of_op.setdefault(op.name, kind)
-        by_source[source] = by_source.get(source, 0.0) + spent
-        fused += spent if compiler_fused else 0.0
-        if is_library:
-            library[is_library] += spent
-        xla += spent if "hlo_op" in op.args else 0.0
-        for i, (m0, m1) in enumerate(per_step_marks):
-            overlap = max(0.0, min(b, m1) - max(a, m0)) * share
-            if overlap:
-                by_step[kind][i] += overlap
-                library_by_step[i] += overlap if is_library == "layer" else 0.0
-    busy = union_length([(e.start, e.end) for e in ops + scopes])
-    counted = sum(v for k, v in by_kind.items() if k != "waiting")
+    marks = step_marks(trace.events, start, end)
+    tally = _Tally(marks if len(marks) == steps else [])
+    for a, b, op, share in _shared([s for lane_events in lanes.values() for s in innermost_segments(lane_events)]):
+        tally.add(a, b, op, share, read[id(op)])
+    busy = union_length([(e.start, e.end) for e in ops + scopes + strangers])
+    wall = end - start
+    _close(tally, busy, wall, ops, on_device)
+    counted = {id(e) for e in scopes + strangers}
+    leaves = sum(leaf_count([e for e in lane_events if id(e) not in counted]) for lane_events in lanes.values())
+    return _figures(tally, steps, device, wall, busy, leaves, timed_ms_per_step if on_device else None)
+
+
+def _what_counts(inside: list[Event], on_device: bool) -> tuple[list[Event], list[Event], list[Event]]:
+    """The window's ops (the device's activity on a GPU, the host's ops on a CPU), the scopes whose own time is
+    their kind's (a CPU cell's), and the events on the host that no rule reads as anything (a CPU cell's)."""
+    ops = [e for e in inside if is_op(e) and e.on_device == on_device]
+    if on_device:
+        return ops, [], []
+    scopes = [e for e in inside if not e.on_device and not is_op(e) and kinds.of_scope(e.name)]
+    strangers = [e for e in inside if not e.on_device and not is_op(e) and e.category not in ANNOTATIONS
+                 and e.category not in NOT_ACTIVITY and not kinds.of_scope(e.name) and not RUNTIME.search(e.name)
+                 and not any(arg in e.args for arg in RUNTIME_ARGS) and e.name not in (MARKER, STEP_MARKER)]
+    return ops, scopes, strangers
+
+
+def _read_all(ops, scopes, strangers, programs, host, on_device) -> dict[int, _Read]:
+    """Each op read once (a kernel's launcher looked up once, for its kind and its library test); a scope's own
+    time is its kind's; a stranger's is "other" (an op the reader missed: never waiting)."""
+    read = {id(e): _Read(kinds.SCOPE_WORK.get(kinds.of_scope(e.name), kinds.of_scope(e.name)), "scope", False)
+            for e in scopes}
+    read.update({id(e): _Read("other", "unrecognised", False) for e in strangers})
+    for e in ops:
+        launcher = host.launcher(e) if on_device else None
+        from_graph = on_device and _from_graph(e, launcher)
+        read[id(e)] = _Read(*classify(e, programs, host, launcher, from_graph), _library_fused(e, launcher),
+                            from_graph)
+    return read
+
+
+def _close(tally: _Tally, busy: float, wall: float, ops, on_device: bool) -> None:
+    """The closure, which can fail: an op recorded on the device the cell claims, the kinds adding up to the busy
+    time, and little of the window in events read as nothing."""
+    if not ops:
+        where = "the trace's device lanes hold no kernel, copy or set" if on_device else \
+            "the trace's host lanes hold no event any rule reads as an op"
+        raise NotClosed(f"no {'device activity' if on_device else 'op'} recorded: {where} in the profiled steps")
+    counted = sum(v for k, v in tally.by_kind.items() if k != "waiting")
     gap = abs(counted - busy)
     if wall <= 0 or gap > CLOSURE_TOLERANCE * wall:
         raise NotClosed(f"the kinds add up to {counted / 1e3:.3f} ms, the ops ran {busy / 1e3:.3f} ms of a "
                         f"{wall / 1e3:.3f} ms window")
-    unrecognised = _unrecognised(inside, lanes, busy) / wall if not on_device else 0.0
+    unrecognised = tally.by_source.get("unrecognised", 0.0) / wall
     if unrecognised > UNRECOGNISED_TOLERANCE:
-        raise NotClosed(f"{unrecognised:.1%} of the window is in events on the op lanes that no rule reads as an "
-                        f"op, a scope or the runtime (over {UNRECOGNISED_TOLERANCE:.0%}): an op the reader misses")
+        raise NotClosed(f"{unrecognised:.1%} of the window is in events on the host that no rule reads as an op, "
+                        f"a scope or the runtime (over {UNRECOGNISED_TOLERANCE:.0%}): an op the reader misses")
+    tally.gap = gap
+
+
+def _figures(tally: _Tally, steps: int, device: str, wall: float, busy: float, leaves: int,
+             timed_ms_per_step: float | None) -> dict:
+    """The breakdown's record: per step (ms), on the timed basis on a device (waiting: the timed step less the
+    device's busy time), on the profiled window's on a CPU (waiting: the host outside any op)."""
     per_step = 1e-3 / steps          # microseconds over the steps -> ms per step
-    ms = {k: v * per_step for k, v in by_kind.items()}
-    step_ms = [(m1 - m0) / 1e3 for m0, m1 in per_step_marks]
-    kinds_by_step = {k: [v / 1e3 for v in values] for k, values in by_step.items()}
-    if on_device and timed_ms_per_step:
-        # what a user waits: the timed step (no profiler on it) less the device's busy time
+    ms = {k: v * per_step for k, v in tally.by_kind.items()}
+    step_ms = [(m1 - m0) / 1e3 for m0, m1 in tally.steps]
+    kinds_by_step = {k: [v / 1e3 for v in values] for k, values in tally.by_step.items()}
+    if timed_ms_per_step:
         ms["waiting"] = max(timed_ms_per_step - busy * per_step, 0.0)
         kinds_by_step["waiting"] = [max(timed_ms_per_step - sum(kinds_by_step[k][i] for k in kinds_by_step
                                                                 if k != "waiting"), 0.0)
-                                    for i in range(len(per_step_marks))]
-        step_ms = [timed_ms_per_step] * len(per_step_marks)        # each step's shares are of the timed step
-        basis = "timed"
+                                    for i in range(len(tally.steps))]
+        step_ms = [timed_ms_per_step] * len(tally.steps)        # each step's shares are of the timed step
+        basis, step_total = "timed", ms["waiting"] + busy * per_step
     else:
         ms["waiting"] = (wall - busy) * per_step
         kinds_by_step["waiting"] = [step - sum(kinds_by_step[k][i] for k in kinds_by_step if k != "waiting")
                                     for i, step in enumerate(step_ms)]
-        basis = "profiled"
-    leaves = sum(leaf_count([e for e in lane_events if id(e) not in scope_ids]) for lane_events in lanes.values())
-    top = sorted(by_op.items(), key=lambda item: -item[1])[:TOP_OPS]
-    step_total = ms["waiting"] + busy * per_step if basis == "timed" else wall * per_step
+        basis, step_total = "profiled", wall * per_step
+    top = sorted(tally.by_op.items(), key=lambda item: -item[1])[:TOP_OPS]
 
     def share(us: float) -> float:
         return us * per_step / step_total if step_total else 0.0
@@ -372,17 +495,19 @@ def breakdown(trace: Trace | list[Event], steps: int, device: str, timed_ms_per_
             "step_ms_per_step": step_total,
             "ms_per_step": ms,
             "per_step": {"step_ms": step_ms, **kinds_by_step,
-                         "layer_fused": [v / 1e3 for v in library_by_step]} if per_step_marks else None,
+                         "layer_fused": [v / 1e3 for v in tally.layer_by_step]} if tally.steps else None,
             "ops_per_step": leaves / steps,
             "top_ops": [{"name": name, "ms_per_step": v * per_step, "share": share(v),
-                         "kind": kind_of_op[name]} for name, v in top],
-            "read_from": {source: v / busy for source, v in sorted(by_source.items())} if busy else {},
-            "fused_share": share(fused),
-            "xla_share": xla / busy if busy else 0.0,
-            "layer_fused_ms_per_step": library["layer"] * per_step,
-            "graph_fused_ms_per_step": library["graph"] * per_step,
-            "unrecognised_share": unrecognised,
-            "closure_gap": gap / wall}
+                         "kind": tally.kind_of_op[name]} for name, v in top],
+            "read_from": {source: v / busy for source, v in sorted(tally.by_source.items())} if busy else {},
+            "fused_share": share(tally.fused),
+            "xla_share": tally.xla / busy if busy else 0.0,
+            "layer_fused_ms_per_step": tally.library["layer"] * per_step,
+            "layer_fused_kinds": {k: v * per_step for k, v in sorted(tally.layer_kinds.items())},
+            "graph_fused_ms_per_step": tally.library["graph"] * per_step,
+            "graph_launched_share": tally.graph_launched / busy if busy else 0.0,
+            "unrecognised_share": tally.by_source.get("unrecognised", 0.0) / wall if wall else 0.0,
+            "closure_gap": tally.gap / wall}
 
 
 def _library_fused(op: Event, launcher: Event | None) -> str | None:
@@ -397,15 +522,11 @@ def _library_fused(op: Event, launcher: Event | None) -> str | None:
     return None
 
 
-def _unrecognised(inside: list[Event], lanes: dict, busy: float) -> float:
-    """The time on the op lanes held by events that are neither ops, scopes, annotations nor the runtime's own
-    wrappers, outside every op."""
-    counted = [(e.start, e.end) for lane_events in lanes.values() for e in lane_events]
-    strangers = [(e.start, e.end) for e in inside if e.lane in lanes and not e.on_device and not is_op(e)
-                 and e.category not in ANNOTATIONS and not kinds.of_scope(e.name) and not RUNTIME.search(e.name)
-                 and not any(arg in e.args for arg in RUNTIME_ARGS)
-                 and e.name not in (MARKER, STEP_MARKER)]
-    return union_length(counted + strangers) - busy if strangers else 0.0
+def _from_graph(kernel: Event, launcher: Event | None) -> bool:
+    """Whether a device kernel ran from a CUDA graph (XLA's command buffers, torch's CUDA graphs): the kernel says
+    so, or its launch call was a graph's."""
+    return any(arg in kernel.args for arg in GRAPH_ARGS) or (
+        launcher is not None and "graphlaunch" in launcher.name.lower())
 
 
 def _shared(segments):
