@@ -15,7 +15,7 @@ family's; a builder holds only how this framework builds and steps it.
 
 The adapters: native_torch, keras2, keras3, paddle, synthetic (NumPy only: the pipeline's own tests); what they share:
 _keras (both Keras adapters), _keras_sd (Keras's Stable Diffusion), _hooks (the backends' hooks), _packages (each
-adapter's packages and their modules; imports nothing).
+adapter's packages and their modules; imports nothing), _scopes (the attention cores' name scope, for the breakdown).
 
 May import: ground, models, gpu (and its framework, inside the functions that need it).
 """
@@ -61,6 +61,8 @@ class Workload:
     # the cell's inputs in inference mode, as {name: NumPy array} in the model's own layout.
     model: Any = None
     outputs: Callable[[], dict] | None = None
+    # The attention cores named for the breakdown (kbench.adapters._scopes.mark): None where none were looked for
+    attention_scopes: int | None = None
 
 
 @dataclass
@@ -141,6 +143,12 @@ def build(adapter, spec: CellSpec) -> Workload:
     prepared = adapter.prepare(spec)
     inputs = family.of(spec.model).draw(spec, np.random.default_rng(spec.seed))   # the same in every column
     return adapter.MODELS[spec.model][spec.task](spec, inputs, **prepared)
+
+
+def mark_attention(workload: Workload, framework: str) -> int:
+    """The model's attention cores in the breakdown's attention scope (kbench.adapters._scopes): how many."""
+    from kbench.adapters import _scopes
+    return _scopes.mark(workload.model, framework)
 
 
 def channels_first(images: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 
 from kbench.instruments import numerics, timing
 from kbench.breakdown.trace import MARKER, STEP_MARKER
-from kbench.adapters import NoAccelerator
+from kbench.adapters import NoAccelerator, _scopes
 
 
 def package_versions(names) -> dict[str, str]:
@@ -236,13 +236,17 @@ def torch_trace(warm, run, folder, cuda: bool):
     import torch
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     is_stopped = getattr(torch.autograd, "_is_kineto_stopped", None)
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1)) as prof:
-        warm()
-        prof.step()
-        with record_function(MARKER):
-            run(lambda: record_function(STEP_MARKER))
-        stopped = bool(is_stopped and is_stopped())
-        prof.step()
+    _scopes.PROFILING = True        # the attention cores' scopes, recorded while the profiler runs only
+    try:
+        with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1)) as prof:
+            warm()
+            prof.step()
+            with record_function(MARKER):
+                run(lambda: record_function(STEP_MARKER))
+            stopped = bool(is_stopped and is_stopped())
+            prof.step()
+    finally:
+        _scopes.PROFILING = False
     if stopped:     # as torch_activities: a trace short of its steps would read their missing kernels as waiting
         raise RuntimeError("Kineto stopped collecting while the steps ran (torch.autograd._is_kineto_stopped(): its "
                            "CUPTI buffer limit): the trace is short of the steps")

@@ -267,6 +267,8 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
         progress(f"{backend.name} on {device['kind']} ({device['name']}); building the model")
         clock = time.perf_counter()
         workload = adapters.build(adapter, spec)
+        if spec.steps.breakdown:     # names its attention cores before the first trace (kbench.adapters._scopes)
+            workload.attention_scopes = adapters.mark_attention(workload, backend.name)
         first.build_s = time.perf_counter() - clock
         check_workload(spec, workload)
         progress(f"model built: {workload.params_total:,} parameters ({workload.params_trainable:,} trainable); "
@@ -469,8 +471,9 @@ def step_breakdown(spec: CellSpec, backend, workload, sync, window_ms_per_step: 
         return None
     if backend.trace is None:
         return {"steps": spec.steps.breakdown, "closes": False, "why": f"{backend.name}: no profiler hook here"}
-    return measure.measure(workload.step, sync, spec.steps.breakdown, backend.trace, backend.device()["kind"],
-                             window_ms_per_step, out.parent if out else None)
+    found = measure.measure(workload.step, sync, spec.steps.breakdown, backend.trace, backend.device()["kind"],
+                            window_ms_per_step, out.parent if out else None)
+    return {**found, "attention_scopes": workload.attention_scopes}
 
 
 def timed_result(steps: timing.StepTimes, workload) -> dict:
