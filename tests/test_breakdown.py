@@ -531,6 +531,18 @@ def test_a_tensorflow_kernel_whose_name_says_nothing_reads_by_its_tf_op_without_
     assert found["elementwise"] == pytest.approx(0.3)
 
 
+def test_a_tensorflow_kernel_whose_op_lies_in_an_attention_core_is_attention():
+    """Without XLA, TensorFlow's op names carry the scope the adapters put around an attention core (tf.name_scope):
+    its GPU kernels' tf_op says it, whatever the kernel; a projection called inside the core stays a product."""
+    events = [named("process_name", 1, "/device:GPU:0"), *steps_of(0, 1000, 1, pid=701, tid=5),
+              x("volta_sgemm_128x64_nn", 50, 300, pid=1, tid=14, cat=None,
+                tf_op=f"model/mha/{kinds.ATTENTION_SCOPE}/einsum/Einsum:Einsum"),
+              x("volta_sgemm_128x64_nn", 400, 100, pid=1, tid=14, cat=None,
+                tf_op=f"model/mha/{kinds.ATTENTION_SCOPE}/{kinds.PROJECTION_SCOPE}/qkv/MatMul:MatMul")]
+    found = trace.breakdown(trace.events_of(events), 1, "gpu", timed_ms_per_step=1.0)["ms_per_step"]
+    assert found["attention"] == pytest.approx(0.3) and found["matmul_conv"] == pytest.approx(0.1)
+
+
 def test_a_kernel_a_cuda_graph_ran_is_read_by_its_own_name_not_the_graphs_call():
     """XLA's command buffers run many kernels as one CUDA graph; a kernel whose hlo_op is the graph's call (its
     content: everything the call runs) is read by its own name, and the share run from graphs is observed."""
