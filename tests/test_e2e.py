@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -418,8 +419,8 @@ def test_compiled_cells_run_cold_then_warm_from_their_own_cache_and_the_table_sh
 
 def test_the_demo_cells_step_breaks_down_by_kind_side_by_side_and_closes(podman_run):
     """CI's breakdown (DEMO_BREAKDOWN): BERT fit and predict in native eager and Keras 3 on JAX, each profiled after
-    its window by its own framework, broken down by kind, closing, its trace kept beside its record and in the
-    table and picture; every other cell has none. The first page tests the benchmark's explanations on them."""
+    its window by its own framework, broken down by kind, closing, its trace kept beside its record (and JAX's
+    XSpace beside it) and in the table and picture; every other cell has none. The first page tests the benchmark's explanations on them."""
     runtime, models, frameworks, tables, results = podman_run
     profiled = {r.cell_id: r for r in cells(results) if r.breakdown}
     assert {(r.cell_spec.model, r.cell_spec.framework) for r in profiled.values()} == {
@@ -434,6 +435,14 @@ def test_the_demo_cells_step_breaks_down_by_kind_side_by_side_and_closes(podman_
         if "keras3-jax" in cell_id:
             assert found["programs_read"] > 0 and found["read_from"]["program"] > 0.5, (cell_id, found)
             assert found["ms_per_step"]["fusion_unread"] < 0.2 * found["step_ms_per_step"], (cell_id, found)
+            # JAX's XSpace kept beside the trace (XProf's and TensorBoard's input), where jax.profiler wrote it
+            xplane = found["trace"]["xplane"]
+            assert xplane["kept"] and re.fullmatch(r"plugins/profile/[^/]+/[^/]+\.xplane\.pb",
+                                                   xplane["files"]["xplane.pb.gz"]), (cell_id, xplane)
+            assert [p.name.split(".r1.")[1] for p in measure.kept_files(results / "cells" / f"{cell_id}.r1.json")] \
+                == ["trace.json.gz", "xplane.pb.gz"]
+        else:
+            assert "xplane" not in found["trace"], (cell_id, found["trace"])       # torch writes none
         assert found["trace"]["kept"] and 0.2 < found["profiler_overhead"] < 20, (cell_id, found)
         kept = measure.kept_trace(results / "cells" / f"{cell_id}.r1.json")
         assert trace.breakdown(trace.read_trace(kept), found["steps"], "cpu")["ms_per_step"] == \
