@@ -734,3 +734,24 @@ def test_a_shares_interval_across_few_steps_stays_within_zero_and_one():
     low, high = breakdown_tables.share_interval(per_step, "waiting")
     assert low == 0.0 and 0.3 < high <= 1.0
     assert breakdown_tables.share_interval(per_step, "matmul_conv") == pytest.approx((0.175, 0.225), abs=0.01)
+
+
+def test_a_column_whose_trace_shows_no_attention_core_reads_not_separated_where_another_does():
+    """Paddle's attention reads as matrix products (no scope ties its backward pass to it): beside a column that
+    found the core, its 0 is no measurement. A row where no column has attention (ResNet-50) reads its zeros."""
+    from kbench.results import breakdown_tables
+    lines = []
+    for model, framework, attention in (("bert", "native-torch-eager", 0.2), ("bert", "paddle-dygraph", 0.0),
+                                        ("resnet50", "native-torch-eager", 0.0), ("resnet50", "paddle-dygraph", 0.0)):
+        for kind in kinds.KIND_NAMES:
+            share = attention if kind == "attention" else (1 - attention if kind == "matmul_conv" else 0.0)
+            lines.append({"model": model, "task": "fit", "batch_size": 8, "precision": "float32",
+                          "framework": framework, "kind": kind, "share": share, "timed_ms": 10 * share,
+                          "ms_per_step": 10 * share, "share_low": None, "share_high": None, "closes": True,
+                          "why": None, "ops_per_step": 10, "fused_share": 0.0, "program_share": None,
+                          "profiler_overhead": 1.0})
+    table = breakdown_tables.time_by_kind_table(pd.DataFrame(lines), ["native-torch-eager", "paddle-dygraph"])
+    attention = dict(zip(zip(table.model, table.framework), table["attention"]))
+    assert attention[("bert", "paddle-dygraph")] == breakdown_tables.NOT_SEPARATED
+    assert attention[("bert", "native-torch-eager")] == "2.00 (20%)"
+    assert attention[("resnet50", "paddle-dygraph")] == "0.00 (0%)"

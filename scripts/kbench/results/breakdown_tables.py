@@ -19,6 +19,7 @@ from kbench.results.context import Records, RunContext, Table
 
 KINDS = list(kinds.KIND_NAMES)
 LONG = "time_by_kind_long.csv"
+NOT_SEPARATED = "not separated (in matmul and conv)"
 TOP = "top_ops.csv"
 # Stacked from the bottom in this order, the legend read top-down in the same: waiting on top, hatched
 STACK = KINDS
@@ -115,8 +116,10 @@ def top_ops(results: list[cell.CellResult]) -> pd.DataFrame:
 def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     """Row x column: each kind as "timed ms (share % ± half-width)", then ops/step, the compiler-fused share, the
     share read from the compiler's programs and the profiled over timed ms/step; a cell that did not close reads
-    "does not close: <why>"."""
+    "does not close: <why>"; a column whose trace shows no attention core where another column of its row does
+    reads "not separated" there, never 0 (its core's products read as matrix products: docs/breakdown.md)."""
     lines = []
+    blind = not_separated(long)
     for key, group in long.groupby([*flat.ROW_KEYS, "framework"], sort=False):
         *row_values, framework = key
         first = group.iloc[0]
@@ -126,6 +129,8 @@ def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFram
         else:
             by_kind = group.set_index("kind")
             line.update({kinds.KIND_NAMES[k]: _cell_text(by_kind.loc[k]) for k in KINDS}, closes="closes")
+            if key in blind:
+                line[kinds.KIND_NAMES["attention"]] = NOT_SEPARATED
         line.update({"ops/step": _round(first["ops_per_step"], 0), "in compiler fusions": _percent(first["fused_share"]),
                      "read from the program": _percent(first["program_share"]),
                      "profiled / timed": _round(first["profiler_overhead"], 2)})
@@ -136,6 +141,20 @@ def time_by_kind_table(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFram
     order = {f: i for i, f in enumerate(frameworks)}
     table["_order"] = table["framework"].map(order)
     return table.sort_values([*flat.ROW_KEYS, "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+
+
+def not_separated(long: pd.DataFrame) -> set[tuple]:
+    """The (row..., framework) cells whose breakdown closes with no attention while another column of the row
+    found an attention core: their attention is not separated from the matrix products, not absent."""
+    if long.empty:
+        return set()
+    attention = long[long.closes.astype(bool) & (long.kind == "attention")]
+    found = set()
+    for _, group in attention.groupby(flat.ROW_KEYS, sort=False):
+        if (group.share > 0).any():
+            found |= {tuple(r) for r in group.loc[group.share == 0, [*flat.ROW_KEYS, "framework"]].itertuples(
+                index=False)}
+    return found
 
 
 def _cell_text(entry) -> str:
@@ -162,7 +181,9 @@ NOTE = ("\nEach cell's steps after its timed window, profiled by its framework's
         "host outside any op (the framework's and Python's own time). ops/step: the ops (kernels) launched, their "
         "wrappers not counted. in compiler fusions: the share of the step in kernels a compiler fused, whatever "
         "they hold (a property, not a kind). read from the program: the share of the ops' time whose kind the "
-        "compiler's program said. profiled / timed: the profiled steps' ms/step over the timed window's (the "
+        "compiler's program said. not separated: a column whose trace shows no attention core where another "
+        "column of its row does (its core's products read as matmul and conv). profiled / timed: the profiled "
+        "steps' ms/step over the timed window's (the "
         "profiler's own cost; the timed window never ran under it). CPU figures check the pipeline; they say "
         "nothing about a GPU.\n")
 # No alarm colour for ordinary work: matrix products blue, the rest of the compute in calm hues, waiting grey
