@@ -112,3 +112,51 @@ def test_the_archive_packs_a_cells_xspace_beside_its_trace(tmp_path, monkeypatch
     with tarfile.open(out) as packed:
         names = {Path(n).name for n in packed.getnames()}
     assert {"keras3-jax.r1.trace.json.gz", "keras3-jax.r1.xplane.pb.gz"} <= names, sorted(names)
+
+
+def test_a_kineto_trace_over_the_cap_counts_its_host_step_marks_not_their_mirror(tmp_path):
+    """Kineto writes each kbench.step again on the GPU's stream (gpu_user_annotation): 3 steps are 3 marks to cut
+    at, not 6; a 4-step trace over the cap keeps 3 and says 3 of 4."""
+    from test_breakdown import big_trace
+    raw = big_trace(4, 9)
+    marks = [e for e in raw["traceEvents"] if e["name"] == measure.trace.STEP_MARKER]
+    raw["traceEvents"] += [{"ph": "M", "name": "process_labels", "pid": 0, "args": {"labels": "GPU 0"}}] + [
+        {**e, "pid": 0, "tid": 7, "cat": "gpu_user_annotation", "ts": e["ts"] + 1, "dur": e["dur"] - 2}
+        for e in marks]        # around the step's kernels, which end before the host's mark (the step syncs)
+    found = measure.keep(raw, tmp_path, 4)
+    assert found["kept"] and found["steps_kept"] == 3 and "first 3 of 4 steps kept" in found["why"], found
+    kept = gzip.decompress((tmp_path / measure.TRACE_NAME).read_bytes()).decode()
+    assert kept.count('"cat":"gpu_user_annotation"') == 3          # each kept step's mirror, no more
+
+
+def warned_hook(warning: bytes):
+    """A profiler whose XSpace carries a warning (XSpace.warnings, field 3), as tsl's CUPTI collector writes one."""
+    def hook(warm, run, folder):
+        xspace = Path(folder) / "jax-profile" / LAYOUT
+        xspace.parent.mkdir(parents=True)
+        xspace.write_bytes(XSPACE.read_bytes() + bytes([(3 << 3) | 2, len(warning)]) + warning)
+        return synthetic.RECORDER.trace(warm, run, folder)
+    return hook
+
+
+def test_a_profiler_that_says_it_dropped_events_gives_no_breakdown_and_its_trace_says_why(tmp_path):
+    dropped = b"Detected GPU events dropped on node7: 12 events dropped because total device events reaches max."
+    found = profiled(tmp_path, warned_hook(dropped))
+    assert not found["closes"] and "dropped events" in found["why"], found
+    assert found["profiler_warnings"] == [dropped.decode()]
+    kept = measure.trace.read_trace(tmp_path / measure.TRACE_NAME)
+    assert kept.warnings == (dropped.decode(),)            # read again later, it still does not close
+    assert profiled(tmp_path / "other", warned_hook(b"a remark that is no drop"))["closes"]
+
+
+@pytest.mark.parametrize("share, flags, says", [
+    (0.8, "", "80% of the device's time ran from CUDA graphs"),
+    (0.0, "", "none seen while profiling: every kernel launched on its own (XLA's default"),
+    (0.0, f"{measure.XLA_PROFILING_FLAG}=true", "none seen while profiling: every kernel launched on its own though"),
+])
+def test_xlas_command_buffers_are_read_from_the_kernels_not_inferred_from_the_flags(share, flags, says, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    found = measure._command_buffers("gpu", {("jit_f", "fusion.1")}, {"graph_launched_share": share})
+    assert found["xla_command_buffers"].startswith(says)
+    assert measure._command_buffers("cpu", {("jit_f", "fusion.1")}, {"graph_launched_share": share}) == {}
+    assert measure._command_buffers("gpu", set(), {"graph_launched_share": share}) == {}

@@ -53,15 +53,16 @@ def measure(step, sync, steps: int, trace_hook, device: str, window_ms_per_step:
         raw[trace.PROGRAMS_KEY] = {program: {inst: content for inst, content in by_inst.items() if inst in used_ops}
                                    for program, by_inst in compiled.as_json(programs).items()
                                    if program in used_modules}
+        raw[trace.WARNINGS_KEY] = [m for x in xspaces for m in compiled.messages(x.read_bytes())]
         record = {"steps": steps, "profiled_ms_per_step": profiled, "timed_ms_per_step": window_ms_per_step,
                   "profiler_overhead": profiled / window_ms_per_step if window_ms_per_step > 0 else None,
                   "programs_read": len({p for p in raw[trace.PROGRAMS_KEY]}),
-                  **_command_buffers(device, used),
+                  **({"profiler_warnings": raw[trace.WARNINGS_KEY]} if raw[trace.WARNINGS_KEY] else {}),
                   "trace": keep(raw, keep_in, steps, {_layout(x, folder): x for x in xspaces})}
         try:
-            found = trace.breakdown(trace.Trace(events, compiled.from_json(raw[trace.PROGRAMS_KEY])), steps, device,
-                                    window_ms_per_step)
-            return {**record, **found, "closes": True}
+            found = trace.breakdown(trace.Trace(events, compiled.from_json(raw[trace.PROGRAMS_KEY]),
+                                                tuple(raw[trace.WARNINGS_KEY])), steps, device, window_ms_per_step)
+            return {**record, **found, **_command_buffers(device, used, found), "closes": True}
         except trace.NotClosed as error:
             return {**record, "closes": False, "why": str(error)}
     except Exception as error:      # the profiler, its export or the trace: the window's figures stand
@@ -77,14 +78,20 @@ def _load(path: Path) -> dict:
     return raw if isinstance(raw, dict) else {"traceEvents": raw}
 
 
-def _command_buffers(device: str, used: set) -> dict:
-    """On a GPU an XLA cell's profiled steps ran without XLA's command buffers unless its flags kept them on: said."""
+def _command_buffers(device: str, used: set, found: dict) -> dict:
+    """On a GPU, whether an XLA cell's profiled steps ran its kernels from CUDA graphs (XLA's command buffers), as the
+    kernels show it (graph_launched_share), beside what XLA_FLAGS asked: XLA turns them off under a profiler unless
+    XLA_PROFILING_FLAG keeps them on, so a profiled step that launched each kernel says so."""
     if device == "cpu" or not used:
         return {}
-    on = f"{XLA_PROFILING_FLAG}=true" in os.environ.get("XLA_FLAGS", "")
-    return {"xla_command_buffers": "on while profiling" if on else
-            f"off while profiling (XLA's default, {XLA_PROFILING_FLAG}=false): the profiled steps launch each "
-            "kernel, which the timed window ran in CUDA graphs"}
+    seen = found.get("graph_launched_share") or 0.0
+    asked = f"{XLA_PROFILING_FLAG}=true" in os.environ.get("XLA_FLAGS", "")
+    if seen:
+        return {"xla_command_buffers": f"{seen:.0%} of the device's time ran from CUDA graphs while profiling"}
+    return {"xla_command_buffers": "none seen while profiling: every kernel launched on its own" + (
+        f" though XLA_FLAGS asked for them ({XLA_PROFILING_FLAG}=true)" if asked else
+        f" (XLA's default under a profiler, {XLA_PROFILING_FLAG}=false), which the timed window may have run in "
+        "CUDA graphs")}
 
 
 def kept_trace(record: Path) -> Path:
@@ -119,8 +126,9 @@ def _keep_trace(raw: dict, folder: Path, steps: int) -> dict:
     whole = len(packed)
     kept_steps = steps
     if whole > TRACE_CAP_BYTES:
-        ends = sorted(e["ts"] + e["dur"] for e in raw["traceEvents"]
-                      if e.get("name") == trace.STEP_MARKER and e.get("ph") == "X")
+        # the host's step marks, not the device's mirror of them (Kineto writes each again on the GPU's stream)
+        ends = sorted(e.end for e in trace.events_of(raw["traceEvents"])
+                      if e.name == trace.STEP_MARKER and not e.on_device)
         kept_steps = min(len(ends), steps - 1)      # the most whole steps that fit (a profiled run has a few)
         while kept_steps > 0:
             cut = ends[kept_steps - 1]
