@@ -3,11 +3,16 @@ UUID, name), the driver and the CUDA version it supports, the device memory in u
 where NVML gives it), and, around the timed window, its energy counter, clocks, temperature and the reasons the
 driver held its clocks down. Everything is None where NVML is absent (a CPU cell, a host without the NVIDIA driver).
 
-The cell's GPU is the first of CUDA_VISIBLE_DEVICES (an index or a UUID), else NVML's device 0: inside a container
-that was handed one GPU (podman CDI, docker --gpus device=...) NVML sees only that one.
+The cell's GPU is the first of CUDA_VISIBLE_DEVICES (an index, a GPU- or a MIG- UUID), else NVML's device 0: inside
+a container that was handed one GPU (podman CDI, docker --gpus device=...) NVML sees only that one. A container handed
+one MIG instance (podman's CDI nvidia.com/gpu=0:1, docker's --gpus device=MIG-...) has no CUDA_VISIBLE_DEVICES, and
+NVML's device 0 there is the instance's parent GPU, in MIG mode, with that instance among its MIG devices: the cell's
+device is then that MIG device (nvmlDeviceGetMigDeviceHandleByIndex), as it is where CUDA_VISIBLE_DEVICES=MIG-...
+names it (host, apptainer). On a MIG instance NVML's energy counter, clocks, temperature and clock-event reasons are
+the whole GPU's, its other instances' work included: the window monitor measures none of them and says why.
 
-Views of memory: NVML's `used` is device-wide (every process, and under MIG inside a container the parent GPU's);
-its per-process list names host PIDs (the driver knows no PID namespaces), so inside a container a cell cannot pick
+Views of memory: NVML's `used` is device-wide (every process; on a MIG instance the instance's own memory); its
+per-process list names host PIDs (the driver knows no PID namespaces), so inside a container a cell cannot pick
 itself out of it: with one process on the GPU (one cell per GPU) that process is the cell.
 """
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import NamedTuple
 
 # Clock-event reasons that mean the GPU was slowed below what it was asked for during the window: thermal and
 # hardware slowdowns flag the cell's number (NVML nvmlClocksEventReason*; idle, application clocks and sync boost
@@ -42,11 +48,48 @@ def _nvml():
         return None
 
 
-def _handle(nvml):
+class Device(NamedTuple):
+    """The cell's device as NVML holds it: handle (a GPU's, or a MIG device's), parent (a MIG device's GPU; None for
+    a whole GPU, or where NVML would not say), mig (handle is a MIG device's) and instances (the MIG UUIDs NVML showed
+    under the GPU, where the cell's device was found among them: no CUDA_VISIBLE_DEVICES named it)."""
+    handle: object
+    parent: object = None
+    mig: bool = False
+    instances: tuple = ()
+
+    @property
+    def gpu(self):
+        """The whole GPU's handle: the MIG device's parent, else the device's own (a MIG device NVML gave no parent
+        for answers nothing of the whole GPU)."""
+        return self.parent if self.parent is not None else self.handle
+
+
+def _device(nvml) -> Device:
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-    if first.startswith(("GPU-", "MIG-")):
-        return nvml.nvmlDeviceGetHandleByUUID(first)
-    return nvml.nvmlDeviceGetHandleByIndex(int(first) if first.isdigit() else 0)
+    if first.startswith("MIG-"):
+        handle = nvml.nvmlDeviceGetHandleByUUID(first)
+        return Device(handle, _call(nvml, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle), True)
+    if first.startswith("GPU-"):
+        return Device(nvml.nvmlDeviceGetHandleByUUID(first))
+    gpu = nvml.nvmlDeviceGetHandleByIndex(int(first) if first.isdigit() else 0)
+    found = mig_devices(nvml, gpu)
+    if not found:
+        return Device(gpu)
+    # one instance in a container; several only where nothing narrowed them (a cell outside the launcher): CUDA then
+    # runs on one of them, taken here to be the first
+    return Device(found[0], gpu, True, tuple(_text(nvml.nvmlDeviceGetUUID(handle)) for handle in found))
+
+
+def mig_devices(nvml, gpu) -> list:
+    """The MIG devices NVML shows under a GPU in MIG mode, by their MIG device index ([] for a GPU not in MIG mode):
+    nvmlDeviceGetMigDeviceHandleByIndex from 0 to nvmlDeviceGetMaxMigDeviceCount, an index without a device this
+    process can see skipped (NVML_ERROR_NOT_FOUND)."""
+    mode = _call(nvml, "nvmlDeviceGetMigMode", gpu)
+    if not mode or not mode[0]:
+        return []
+    found = (_call(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", gpu, index)
+             for index in range(_call(nvml, "nvmlDeviceGetMaxMigDeviceCount", gpu) or 0))
+    return [handle for handle in found if handle is not None]
 
 
 def _text(value) -> str:
@@ -60,24 +103,45 @@ def _or_none(call, *args):
         return None
 
 
+def _call(nvml, name: str, *args):
+    """nvml.<name>(*args), None where the bindings lack it or NVML does not answer."""
+    call = getattr(nvml, name, None)
+    return None if call is None else _or_none(call, *args)
+
+
+def not_measured_on(device: Device, nvml) -> str | None:
+    """Why the window monitor measures no energy, clocks or temperature on this device (None: it does): on a MIG
+    instance they are the whole GPU's."""
+    if not device.mig:
+        return None
+    parent = _text(nvml.nvmlDeviceGetUUID(device.parent)) if device.parent is not None else "its GPU"
+    return (f"not measured on a MIG instance: NVML's energy counter, clocks, temperature and clock-event reasons are "
+            f"the whole GPU's ({parent}), its other instances' work included")
+
+
 def facts() -> dict | None:
     nvml = _nvml()
     if nvml is None:
         return None
     try:
-        handle = _handle(nvml)
+        device = _device(nvml)
+        handle, gpu = device.handle, device.gpu
         cuda = nvml.nvmlSystemGetCudaDriverVersion()
-        mig = _or_none(nvml.nvmlDeviceGetMigMode, handle)
-        return {"index": nvml.nvmlDeviceGetIndex(handle), "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
-                "name": _text(nvml.nvmlDeviceGetName(handle)),
-                "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
-                "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
-                "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-                "devices_seen": nvml.nvmlDeviceGetCount(),
-                "mig_mode": None if mig is None else bool(mig[0]),
-                "max_sm_clock_mhz": _or_none(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM),
-                "power_limit_w": _milli(_or_none(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        mig = _or_none(nvml.nvmlDeviceGetMigMode, gpu)
+        found = {"index": _or_none(nvml.nvmlDeviceGetIndex, gpu), "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
+                 "name": _text(nvml.nvmlDeviceGetName(handle)),
+                 "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
+                 "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
+                 "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                 "devices_seen": nvml.nvmlDeviceGetCount(),
+                 "mig_mode": True if device.mig else None if mig is None else bool(mig[0]),
+                 "max_sm_clock_mhz": _or_none(nvml.nvmlDeviceGetMaxClockInfo, gpu, nvml.NVML_CLOCK_SM),
+                 "power_limit_w": _milli(_or_none(nvml.nvmlDeviceGetEnforcedPowerLimit, gpu)),
+                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        if device.mig:      # a MIG instance: its GPU, and the instances NVML showed where it was found among them
+            found.update(mig_instance=True, mig_parent_uuid=_text(nvml.nvmlDeviceGetUUID(device.parent))
+                         if device.parent is not None else None, mig_instances_seen=list(device.instances) or None)
+        return found
     except Exception as error:      # a driver/library mismatch is worth recording, not worth failing the cell for
         return {"error": f"{type(error).__name__}: {error}"}
 
@@ -88,12 +152,12 @@ def _milli(value):
 
 def used_bytes() -> int | None:
     """Device memory in use on the cell's GPU (all processes: with one cell per GPU, the cell's own and the
-    driver's context)."""
+    driver's context; on a MIG instance, the instance's)."""
     nvml = _nvml()
     if nvml is None:
         return None
     try:
-        return int(nvml.nvmlDeviceGetMemoryInfo(_handle(nvml)).used)
+        return int(nvml.nvmlDeviceGetMemoryInfo(_device(nvml).handle).used)
     except Exception:
         return None
 
@@ -104,7 +168,7 @@ def processes() -> list[dict] | None:
     if nvml is None:
         return None
     try:
-        handle = _handle(nvml)
+        handle = _device(nvml).handle
     except Exception:
         return None
     return _processes(nvml, handle)
@@ -152,14 +216,16 @@ class WindowMonitor:
     every SAMPLE_S the SM and memory clocks, the temperature and the clock-event reasons (OR-ed over the window).
     NVML's power reading is a one-second average on Ampere (but GA100) and newer, so energy comes from the counter,
     never from integrating power. Just before the window, the compute processes already on the GPU (the cell's own,
-    and any other that shares it: host PIDs, see above) and the application clocks in effect."""
+    and any other that shares it: host PIDs, see above) and the application clocks in effect. On a MIG instance only
+    the window's length and the processes: the rest would be the whole GPU's (not_measured says so)."""
 
     def __init__(self):
         self.nvml = _nvml()
-        self.handle = None
+        self.handle = self.not_measured = None
         if self.nvml is not None:
             try:
-                self.handle = _handle(self.nvml)
+                device = _device(self.nvml)
+                self.handle, self.not_measured = device.handle, not_measured_on(device, self.nvml)
             except Exception:
                 self.nvml = None
         self.samples, self.reasons, self._stop = [], 0, threading.Event()
@@ -170,6 +236,10 @@ class WindowMonitor:
 
     def start(self) -> None:
         if self.nvml is None:
+            return
+        if self.not_measured:
+            self.before = {"processes_before_window": _processes(self.nvml, self.handle)}
+            self.started = time.monotonic()
             return
         self.before = {"processes_before_window": _processes(self.nvml, self.handle),
                        **_application_clocks(self.nvml, self.handle)}
@@ -188,6 +258,8 @@ class WindowMonitor:
             self._stop.wait(SAMPLE_S)
 
     def stop(self) -> dict | None:
+        if self.nvml is not None and self.not_measured and self.started is not None:
+            return self._not_measured()
         if self.nvml is None or self._thread is None:
             return None
         self._stop.set()
@@ -213,4 +285,15 @@ class WindowMonitor:
             "clock_event_reasons": self.reasons, "power_capped": bool(self.reasons & POWER_CAP),
             "application_clocks_set": bool(self.reasons & APPLICATION_CLOCKS),
             "slowdowns": [name for bit, name in SLOWDOWNS.items() if self.reasons & bit], **self.before}
+        return self.record
+
+    def _not_measured(self) -> dict:
+        """The record of a window on a MIG instance: its length and the processes, no energy, clocks, temperature or
+        clock-event reasons (the whole GPU's), and why."""
+        self.record = {
+            "window_s": time.monotonic() - self.started, "energy_j": None, "energy_note": self.not_measured,
+            "clocks_note": self.not_measured, "mean_power_w": None, "samples": 0,
+            **dict.fromkeys(("sm_clock_mhz_mean", "sm_clock_mhz_min", "memory_clock_mhz_mean", "temperature_c_max",
+                             "clock_event_reasons", "power_capped", "application_clocks_set")),
+            "slowdowns": [], **self.before}
         return self.record

@@ -403,15 +403,19 @@ def check_device_identity(spec: CellSpec, framework: str, facts: dict, context: 
     lease's own name where that is a UUID. Never against the cell's own view of itself: a lease by index whose UUID
     the launcher did not know is not checked, and says so. DeviceMismatch names both. A leased GPU in MIG mode is a
     mismatch too (CUDA runs on one of its MIG instances, not on the whole GPU); a MIG instance leased by its own UUID
-    passes and is named MIG (mig: no peak, so no MFU: kbench.gpu.peaks has whole chips only). None for a CPU cell;
-    checked False, with why, where nothing to compare with is known."""
+    passes and is named MIG (mig: no peak, so no MFU: kbench.gpu.peaks has whole chips only). In a container handed a
+    MIG instance (no CUDA_VISIBLE_DEVICES) NVML names the MIG device it shows under the visible GPU (kbench.gpu.nvml);
+    where it shows several, CUDA runs on one of them, and a lease among them is not checked (and says so), one outside
+    them is a mismatch. None for a CPU cell; checked False, with why, where nothing to compare with is known."""
     if not preflight.is_gpu(spec.accelerator) or facts.get("kind") != "gpu":
         return None
     nvml_facts = facts.get("nvml") or {}
     launcher = context.get("launcher") or {}
     leased = list(launcher.get("gpus_allocated") or [])
     own_reported = bool(uuid_key(facts.get("uuid")))
+    seen = [] if own_reported else list(nvml_facts.get("mig_instances_seen") or [])
     own, own_from = ((facts.get("uuid"), f"{framework}'s own device properties") if own_reported
+                     else (nvml_facts.get("uuid"), "NVML, the MIG device under the visible GPU") if seen
                      else (nvml_facts.get("uuid"), "NVML, by the visible device in PCI order"))
     known = [u for u in launcher.get("gpu_uuids") or [] if uuid_key(u)]
     leased_uuid = known[0] if known else leased[0] if leased and uuid_key(leased[0]) else None
@@ -425,6 +429,13 @@ def check_device_identity(spec: CellSpec, framework: str, facts: dict, context: 
                              f"instances ({framework} reports {own}), not on the whole GPU; run on a GPU without MIG "
                              "(nvidia-smi -i <index> -mig 0, by an admin), or lease a MIG instance: its MIG- UUID "
                              "(nvidia-smi -L) in CUDA_VISIBLE_DEVICES")
+    if len(seen) > 1 and leased_uuid:       # CUDA runs on one of the instances NVML shows: which, nothing says
+        if uuid_key(leased_uuid) not in {uuid_key(u) for u in seen}:
+            raise DeviceMismatch(f"{framework} runs on one of the MIG instances NVML shows ({', '.join(seen)}), but "
+                                 f"{expected_from} {leased_uuid}: the cell would time another device than its lease")
+        record.update(checked=False, reason=f"NVML shows {len(seen)} MIG instances, the leased {leased_uuid} among "
+                                            f"them, and {framework} reports no UUID of the one CUDA runs on")
+        return record
     if not record["checked"]:
         record["reason"] = ("no lease to compare with (a cell run outside the launcher)" if not leased
                             else f"the lease names GPU {leased[0]} and the launcher knew no UUID for it"
