@@ -692,11 +692,22 @@ def account(tmp_path, monkeypatch):
     return given
 
 
+@pytest.mark.parametrize("listed, uuids, device", [
+    (None, [], "gpu: unknown"),         # no nvidia-smi here: the lease's UUID and device are not known
+    ("0, NVIDIA H100 80GB HBM3, 580.95.05, GPU-zero, 00000000:07:00.0\n"
+     "2, NVIDIA H100 80GB HBM3, 580.95.05, GPU-two, 00000000:9A:00.0\n", ["GPU-two"], "gpu: NVIDIA H100 80GB HBM3"),
+])
 def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake_podman, tmp_path, monkeypatch,
-                                                                           account):
+                                                                           account, listed, uuids, device):
     """The wiring from the job's environment to the container's command line: GPU 2 and CPU 3 of the node, the
-    job's memory; not every GPU of the node."""
+    job's memory; not every GPU of the node. Where the node's nvidia-smi lists GPU 2, the record knows it by UUID
+    (what the runner's identity check expects) and by model (the compile cache's key); where it cannot, the record
+    says so (no cache is seeded from or for it, and the identity check says it could not compare)."""
     account("cpuset cpu io memory pids")
+    if listed is not None:
+        smi = fake_podman / "bin" / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] || printf '{listed}'\n")
+        smi.chmod(0o755)
     (fake_podman / "storage").write_text("sha256:aa\n")
     record = tmp_path / "image.json"
     record.write_text(json.dumps({"kind": "image", "id": "sha256:aa"}))
@@ -712,11 +723,9 @@ def test_a_gpu_cell_in_a_slurm_job_starts_its_container_with_the_allocation(fake
     assert argv[:3] == ["$", "podman", "run"]
     assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=2" and argv.count("--device") == 1
     assert "--memory=6000m" in argv and "--cpuset-cpus=3" in argv
-    # no nvidia-smi here: the lease's UUID and device are not known, and the record says so (no cache is seeded
-    # from or for it, and the identity check says it could not compare)
     assert result.provenance["launcher"] == {"node": socket.gethostname(), "gpus_allocated": ["2"],
                                              "cpus_allocated": [3], "cpu_pinning": "cpuset", "slurm_job_id": "9",
-                                             "gpu_uuids": [], "device": "gpu: unknown"}
+                                             "gpu_uuids": uuids, "device": device}
 
 
 def test_a_cpu_cell_in_a_slurm_job_with_a_gpu_records_the_jobs_allocation(fake_podman, tmp_path, monkeypatch):
