@@ -402,6 +402,7 @@ def test_compiled_cells_run_cold_then_warm_from_their_own_cache_and_the_table_sh
         assert cold_cache["cache_misses"] > 0, (path, cold_cache)     # (a program met twice in one process hits)
         assert twin.first_step["parts"]["compile_s"] < cold.first_step["parts"]["compile_s"], path
         assert cold.first_step["import_s"] > 0 and cold.first_step["build_s"] > 0 and cold.first_step["programs"] > 0
+        assert cold.first_step["probe_s"] > 0 and twin.first_step["probe_s"] > 0      # the libraries' start-up
     long = pd.read_csv(tables / "first_step_long.csv")
     compiled = long[long.framework.isin(["keras3-jax", "native-torch-compiled"]) & (long.model == "bert")]
     assert sorted(compiled.state) == ["cold"] * 4 + ["warm"] * 4

@@ -200,7 +200,7 @@ def test_a_cell_without_a_cache_records_none(tmp_path, driver_environment):
 # ---------------------------------------------------------------- the table
 
 
-def record(framework, state, first_ms, mean_ms, blocks, import_s=1.0, build_s=0.5, jit=True, hits=None):
+def record(framework, state, first_ms, mean_ms, blocks, import_s=1.0, build_s=0.5, jit=True, hits=None, probe_s=0.3):
     spec = synthetic_spec().to_dict()
     spec.update(framework=framework, cell_id=f"test/strict/synthetic/fit/bs4/float32/{framework}",
                 model="synthetic", precision="float32")
@@ -208,9 +208,9 @@ def record(framework, state, first_ms, mean_ms, blocks, import_s=1.0, build_s=0.
     result.timing = {"n": 20, "mean_ms": mean_ms, "first_step_ms": first_ms, "warmup_ms": [first_ms, mean_ms],
                      "block_ms": [b * 4 for b in blocks], "block_steps": [4] * len(blocks),
                      "step_ms": [mean_ms] * 20}
-    result.first_step = {"import_s": import_s, "build_s": build_s, "programs": 2 if jit else 0, "recompiles": 0,
-                         "graph_breaks": 0, "parts": {"reported_by": "x", "compile_s": first_ms / 1e3 * 0.9} if jit
-                         else None,
+    result.first_step = {"import_s": import_s, "probe_s": probe_s, "build_s": build_s, "programs": 2 if jit else 0,
+                         "recompiles": 0, "graph_breaks": 0,
+                         "parts": {"reported_by": "x", "compile_s": first_ms / 1e3 * 0.9} if jit else None,
                          "cache": {"state": state, "cache_hits": hits, "cache_misses": 0} if jit else None}
     return result
 
@@ -249,7 +249,7 @@ def test_a_runs_cache_counters_that_contradict_its_state_are_flagged(state, hits
 
 
 def test_the_compile_pays_back_after_its_extra_wait_over_the_time_it_saves_per_step():
-    """Compiled: 1.5 s + 30 s to its first step at 60 ms/step; eager: 1.5 s + 0.2 s at 100 ms/step: 29.8 s more wait,
+    """Compiled: 1.8 s + 30 s to its first step at 60 ms/step; eager: 1.8 s + 0.2 s at 100 ms/step: 29.8 s more wait,
     40 ms saved a step: 745 steps. Warm (3 s first step): 2.8 s / 40 ms = 70 steps."""
     eager = record("eager", None, 200.0, 100.0, STEADY, jit=False)
     compiled = record("compiled", "cold", 30000.0, 60.0, [60.0] * 5)
@@ -279,11 +279,80 @@ def test_the_table_shows_cold_and_warm_with_their_parts(tmp_path):
     long = first_step_tables.build(Records(cells=(cold,), warm=(warm,)),
                                    run_context(tmp_path, "t", tmp_path, frameworks=("c",), first_step=settings))
     assert list(long.state) == ["cold", "warm"]
-    assert long.iloc[0].to_first_step_s == pytest.approx(31.5)
+    assert long.iloc[0].to_first_step_s == pytest.approx(31.8)
     text = (tmp_path / "t" / "first_step.md").read_text()
-    assert "cold 31.5 s (import 1.0, build 0.5, first step 30.0: compile 27.0)" in text
-    assert "warm 4.5 s" in text and "2 cache hits" in text and "steady at step 2" in text
+    assert "cold 31.8 s (import 1.0, libraries 0.3, build 0.5, first step 30.0: compile 27.0)" in text
+    assert "warm 4.8 s" in text and "2 cache hits" in text and "steady at step 2" in text
     assert (tmp_path / "t" / "first_step.png").stat().st_size > 0
+
+
+def test_the_parts_before_the_first_step_add_up_to_the_time_to_it_and_one_not_recorded_leaves_it_unknown():
+    """Import, libraries' start-up (the numerics probe), build and the first step, each on its own side of the sum:
+    1.0 + 2.5 + 0.5 + 30.0. A record without probe_s (made before the probe was a part) has no time to its first
+    step: summed without it, it would stand beside records that count it as if it started faster."""
+    counted = record("c", "cold", 30000.0, 100.0, STEADY, import_s=1.0, probe_s=2.5, build_s=0.5)
+    entry = first_step_tables.first_step_long([counted], [], 0.1, {}).iloc[0]
+    assert entry.to_first_step_s == pytest.approx(34.0)
+    assert (entry.import_s, entry.probe_s, entry.build_s, entry.first_step_s) == (1.0, 2.5, 0.5, 30.0)
+    assert first_step_tables.cell_text(entry).startswith(
+        "34.0 s (import 1.0, libraries 2.5, build 0.5, first step 30.0: compile 27.0)")
+    older = record("c", "cold", 30000.0, 100.0, STEADY)
+    del older.first_step["probe_s"]
+    entry = first_step_tables.first_step_long([older], [], 0.1, {}).iloc[0]
+    assert pd.isna(entry.to_first_step_s) and pd.isna(entry.probe_s)
+    assert first_step_tables.cell_text(entry).startswith("n/a (a part not recorded) (import 1.0, build 0.5, first")
+
+
+class ProbeClock:
+    """time as kbench.run.runner reads it, whose perf_counter a fake probe moves on (offset; real time besides)."""
+
+    def __init__(self):
+        import time
+        self.time, self.offset = time, 0.0
+
+    def perf_counter(self) -> float:
+        return self.time.perf_counter() + self.offset
+
+    def __getattr__(self, name):
+        return getattr(self.time, name)
+
+
+def test_the_numerics_probes_libraries_start_up_is_its_own_part_counted_in_the_time_to_the_first_step(
+        driver_environment, monkeypatch):
+    """In process, on a fake clock: the probe's float32 matmul takes 4 s and its convolution 3 s (on a GPU, cuBLAS's
+    and cuDNN's handles; for JAX, its first XLA compile). Both land in probe_s, none in the import or the build, and
+    the table's time to the first step counts them."""
+    from kbench import adapters
+    from kbench.adapters import synthetic
+    from kbench.run import runner
+    clock = ProbeClock()
+
+    def slow(probe, seconds):
+        def run(*arrays):
+            clock.offset += seconds
+            return probe(*arrays)
+        return run
+
+    class SlowStart:
+        MODELS, __name__, prepare = synthetic.MODELS, "kbench.adapters.slow_start", staticmethod(synthetic.prepare)
+
+        @staticmethod
+        def backend():
+            backend = synthetic.backend()
+            return backend.__class__(**{**vars(backend), "matmul": slow(backend.matmul, 4.0),
+                                        "conv": slow(backend.conv, 3.0)})
+    monkeypatch.setattr(adapters, "load", lambda name: SlowStart)
+    monkeypatch.setattr(runner, "time", clock)
+    monkeypatch.setenv("KBENCH_LOCK", json.loads(driver_environment.read_text())["lock"])
+    result = runner.run(synthetic_spec(), {"runtime": "test"})
+    assert result.status == "ok", result.error
+    found = result.first_step
+    assert 7.0 <= found["probe_s"] < 8.0, found
+    assert found["import_s"] < 1.0 and found["build_s"] < 1.0, found
+    entry = first_step_tables.first_step_long([result], [], 0.1, {}).iloc[0]
+    assert entry.to_first_step_s == pytest.approx(found["import_s"] + found["probe_s"] + found["build_s"]
+                                                  + result.timing["first_step_ms"] / 1e3)
+    assert entry.to_first_step_s >= 7.0
 
 
 def test_a_compiled_cell_whose_framework_keeps_no_cache_says_why_it_has_no_warm_run():

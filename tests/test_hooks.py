@@ -1,10 +1,12 @@
 """The device sync of every framework, called through recording stand-ins for jax, torch and tensorflow (the driver
 has none of them): a hook that stopped calling its framework's own sync would let async device work escape the
-timed window on a GPU, and no CPU timing would show it."""
+timed window on a GPU, and no CPU timing would show it. And the numerics probes' convolution in every framework's
+hooks (Paddle's too): the probe starts each framework's convolution library in the same part of the first step."""
 import sys
 import textwrap
 import types
 
+import numpy as np
 import pytest
 
 from conftest import image_record, python_in_image
@@ -263,3 +265,85 @@ def test_torch_reports_the_uuid_cuda_gives_its_device(monkeypatch, cuda):
                                                         zeros=lambda *a, **k: None))
     found = _hooks.torch_hooks()["device"]()
     assert found["uuid"] == ("8f4c6b2e-1d3a-4c5b-9e7f-0a1b2c3d4e5f" if cuda else None)
+
+
+# ---------------------------------------------------------------- the numerics probes: a convolution in every framework
+
+class FakeTensor:
+    """A Paddle tensor as the hooks use it: where it was made (the device set when to_tensor ran), transpose, numpy."""
+
+    def __init__(self, array, place):
+        self.array, self.place = np.asarray(array, np.float32), place
+
+    def transpose(self, perm):
+        return FakeTensor(self.array.transpose(perm), self.place)
+
+    def numpy(self):
+        return self.array
+
+
+def fake_paddle(monkeypatch, gpu: bool, log: list):
+    """paddle with a CUDA build and one GPU (or none): to_tensor places on the device set_device last named, and
+    conv2d is a real NCHW/OIHW convolution (its float64 reference), so a hook that hands it NHWC/HWIO arrays
+    unpermuted computes something else."""
+    from kbench.instruments import numerics
+    place = ["cpu"]
+
+    def set_device(name):
+        log.append(("set_device", name))
+        place[0] = name
+
+    def conv2d(x, w):
+        log.append(("conv2d", x.place, x.array.shape, w.array.shape))
+        nhwc = numerics.conv_reference(x.array.transpose(0, 2, 3, 1), w.array.transpose(2, 3, 1, 0))
+        return FakeTensor(nhwc.transpose(0, 3, 1, 2), x.place)
+    cuda = types.SimpleNamespace(device_count=lambda: int(gpu), get_device_name=lambda i: "NVIDIA H100")
+    device = types.SimpleNamespace(is_compiled_with_cuda=lambda: True, cuda=cuda, set_device=set_device)
+    to_tensor = lambda a: FakeTensor(a, place[0])     # noqa: E731
+    install(monkeypatch, "paddle", types.SimpleNamespace(
+        device=device, to_tensor=to_tensor, zeros=lambda shape: FakeTensor(np.zeros(shape), place[0]),
+        matmul=lambda a, b: FakeTensor(a.array @ b.array, a.place),
+        nn=types.SimpleNamespace(functional=types.SimpleNamespace(conv2d=conv2d))))
+    monkeypatch.setattr(_hooks, "paddle_graph_breaks", dict)       # SOT's breaks: not what these tests ask
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_paddle_has_a_convolution_probe_on_its_device_in_nchw(monkeypatch, gpu):
+    """Paddle's conv models pay cuDNN's start-up in the numerics probe, as every other framework's do, not in their
+    first step: its hooks have a convolution probe, run on the cell's device (gpu:0 where it has one), NHWC/HWIO
+    turned into Paddle's NCHW/OIHW and back, so the probe reads float32 against the float64 reference."""
+    from kbench.instruments import numerics
+    log = []
+    fake_paddle(monkeypatch, gpu, log)
+    hooks = _hooks.paddle_hooks()
+    found = numerics.probe(hooks["matmul"], hooks["conv"])
+    assert found["conv_class"] == "fp32" and found["conv_relative_error"] < 1e-6, found
+    where = "gpu:0" if gpu else "cpu"
+    assert log == [*([("set_device", "gpu:0")] if gpu else []), ("conv2d", where, (1, 64, 16, 16), (64, 64, 3, 3))]
+
+
+def every_backends_hooks(monkeypatch):
+    """Each compute backend's hooks, its framework faked as the tests above fake it (jax, tensorflow, torch, paddle,
+    and the synthetic stand-in's Backend)."""
+    import contextlib
+    calls = Recorder()
+    yield "jax", fake_jax(monkeypatch, calls)
+    install(monkeypatch, "tensorflow", types.SimpleNamespace(
+        config=types.SimpleNamespace(list_physical_devices=lambda kind: [],
+                                     experimental=types.SimpleNamespace(get_synchronous_execution=lambda: True)),
+        device=lambda name: contextlib.nullcontext()))
+    yield "tensorflow", _hooks.tf_hooks()
+    install(monkeypatch, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False)))
+    yield "torch", _hooks.torch_hooks()
+    fake_paddle(monkeypatch, False, [])
+    yield "paddle", _hooks.paddle_hooks()
+    yield "numpy", vars(synthetic.backend())
+
+
+def test_every_backend_has_a_convolution_probe(monkeypatch):
+    """The libraries' start-up is counted in one part for every framework only where every framework's probe starts
+    the same libraries: a backend without a convolution probe (conv None: its probe records conv_class None) would
+    start its convolution library in its first step instead."""
+    found = {name: hooks.get("conv") for name, hooks in every_backends_hooks(monkeypatch)}
+    assert sorted(found) == ["jax", "numpy", "paddle", "tensorflow", "torch"]
+    assert [name for name, conv in found.items() if conv is None] == []

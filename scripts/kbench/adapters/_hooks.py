@@ -363,6 +363,11 @@ def paddle_hooks() -> dict:
     def matmul(a, b):
         return paddle.matmul(paddle.to_tensor(a), paddle.to_tensor(b)).numpy()
 
+    def conv(x, w):         # NHWC/HWIO in, NCHW/OIHW for paddle, on its device (cuDNN's TF32: FLAGS_allow_tf32_cudnn)
+        out = paddle.nn.functional.conv2d(paddle.to_tensor(x).transpose([0, 3, 1, 2]),
+                                          paddle.to_tensor(w).transpose([3, 2, 0, 1]))
+        return out.transpose([0, 2, 3, 1]).numpy()
+
     def reset_peak():
         if gpu:
             paddle.device.cuda.reset_max_memory_allocated()
@@ -378,7 +383,7 @@ def paddle_hooks() -> dict:
         return {"graphs": _sot_translations(), "graph_breaks": sum(breaks.values())}
     return {"sync": (lambda _: paddle.device.synchronize()) if gpu else (lambda _: None),
             "sync_name": "paddle.device.synchronize" if gpu else "none: paddle runs synchronously on a CPU",
-            "device": device, "set_tf32": set_tf32, "matmul": matmul,
+            "device": device, "set_tf32": set_tf32, "matmul": matmul, "conv": conv,
             "peak_device_memory_bytes": lambda: paddle.device.cuda.max_memory_allocated() if gpu else None,
             "reset_peak_device_memory": reset_peak,
             "memory_view": "paddle max_memory_allocated: tensors' peak since the reset after build (the allocator's "

@@ -1,10 +1,11 @@
 """Time to the first useful step, side by side: per row and column, the cold run (its first repeat, an empty compile
 cache) and its warm twin (a fresh process whose framework's persistent cache the cold run filled,
-kbench.instruments.compile_cache), each in its parts (the framework's import, the model's build, the first step with what the
-framework reports of it), the programs it compiled, graph breaks, recompiles, cache hits, the step at which ms/step
-enters its steady band (kbench.instruments.timing.steady_step), and the steps a compiled column takes to pay its compile back
-against the eager column of its framework. A warm twin whose timed window differs from its cold run's beyond both
-intervals is flagged: the cache changed the program (an autotuner's other choice), not only its start.
+kbench.instruments.compile_cache), each in its parts (the framework's import, its libraries' start-up in the numerics
+probe, the model's build, the first step with what the framework reports of it), the programs it compiled, graph
+breaks, recompiles, cache hits, the step at which ms/step enters its steady band
+(kbench.instruments.timing.steady_step), and the steps a compiled column takes to pay its compile back against the
+eager column of its framework. A warm twin whose timed window differs from its cold run's beyond both intervals is
+flagged: the cache changed the program (an autotuner's other choice), not only its start.
 """
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ OUTPUTS = [f"{NAME}.{fmt}" for fmt in flat.FORMATS] + [LONG]
 PLOTS = [f"{NAME}.{fmt}" for fmt in plots.FORMATS]
 WARM_DIFFERS = "warm window differs"
 PART_NAMES = {"trace_s": "trace", "lower_s": "lower", "compile_s": "compile", "backend_s": "backend"}
+# the parts before the first step, in order, and as the wide table names them (kbench.run.runner.FirstStep): the
+# framework's import, its libraries' start-up (the numerics probe's float32 matmul and convolution: cuBLAS's and
+# cuDNN's handles, JAX's first XLA compile), the model's build
+BEFORE_FIRST_STEP = {"import_s": "import", "probe_s": "libraries", "build_s": "build"}
 
 
 def window_estimate(result: cell.CellResult) -> stats.Estimate:
@@ -44,13 +49,15 @@ def line(result: cell.CellResult, state: str, band: float) -> dict:
     parts = found.get("parts") or {}
     cache = found.get("cache") or {}
     first_s = (row["first_step_ms"] or 0) / 1e3
-    before = [found.get("import_s"), found.get("build_s")]
+    # a record without probe_s (made before its libraries' start-up was a part) has no time to its first step:
+    # the sum would leave out the start-up its successors count
+    before = [found.get(part) for part in BEFORE_FIRST_STEP]
     steady = timing.steady_step(timing_.get("warmup_ms") or [], timing_.get("block_ms") or [],
                                 timing_.get("block_steps") or [], band)
     return {**{k: row[k] for k in flat.ROW_KEYS}, "framework": row["framework"], "state": state,
             "status": result.status,
             "to_first_step_s": first_s + sum(before) if None not in before and result.status == "ok" else None,
-            "import_s": found.get("import_s"), "build_s": found.get("build_s"),
+            **{part: found.get(part) for part in BEFORE_FIRST_STEP},
             "first_step_s": first_s if result.status == "ok" else None,
             **{name: parts.get(name) for name in PART_NAMES}, "reported_by": parts.get("reported_by"),
             "programs": found.get("programs"), "graph_breaks": found.get("graph_breaks"),
@@ -124,10 +131,12 @@ def cell_text(entry) -> str:
     """A run as the wide table shows it: time to the first step, then its parts."""
     if entry["status"] != "ok":
         return entry["status"]
-    parts = [f"import {seconds(entry['import_s'])}", f"build {seconds(entry['build_s'])}",
-             f"first step {seconds(entry['first_step_s'])}"]
+    parts = [f"{name} {seconds(entry[key])}" for key, name in BEFORE_FIRST_STEP.items() if pd.notna(entry.get(key))]
+    parts.append(f"first step {seconds(entry['first_step_s'])}")
     inner = [f"{name} {seconds(entry[key])}" for key, name in PART_NAMES.items() if pd.notna(entry.get(key))]
-    text = f"{seconds(entry['to_first_step_s'])} s ({', '.join(parts)}" + (f": {', '.join(inner)}" if inner else "")
+    total = (f"{seconds(entry['to_first_step_s'])} s" if pd.notna(entry.get("to_first_step_s"))
+             else "n/a (a part not recorded)")
+    text = f"{total} ({', '.join(parts)}" + (f": {', '.join(inner)}" if inner else "")
     text += ")"
     counts = [f"{int(entry[k])} {name}" for k, name in (("programs", "programs"), ("graph_breaks", "breaks"),
                                                          ("recompiles", "recompiles"), ("cache_hits", "cache hits"))
@@ -184,10 +193,12 @@ def wide(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
 
 NOTE = ("\ncold: the cell's first repeat, an empty compile cache; warm: a fresh process whose framework's persistent "
         "compile cache the cold run filled. Seconds to the first step's return: the framework's import (its device "
-        "found), the model's build, the first step (with what the framework reports of it: JAX's trace, lower and "
-        "XLA compile; torch.compile's dynamo compile and its backend). Programs: graphs or XLA compiles by the first "
-        "step's end; recompiles: after it. Steady: the step from which ms/step stays in its band. Pays back: steps "
-        "until the compiled column's faster step has made up its longer wait, against its framework's eager column. "
+        "found), its libraries' start-up (the numerics probe's float32 matmul and convolution, the first it runs on "
+        "its device: cuBLAS's and cuDNN's handles, JAX's first XLA compile), the model's build, the first step (with "
+        "what the framework reports of it: JAX's trace, lower and XLA compile; torch.compile's dynamo compile and its "
+        "backend). Programs: graphs or XLA compiles by the first step's end; recompiles: after it. Steady: the step "
+        "from which ms/step stays in its band. Pays back: steps until the compiled column's faster step has made up "
+        "its longer wait, against its framework's eager column. "
         "† the warm window differs from the cold one beyond both intervals and by more than first_step.warm_differs_by "
         "(the cache changed the program, or the machine was not quiet). ‡ the cache's own counters contradict the "
         "run's state: a warm run that compiled anew (misses, or entries added where the framework counts no hits) "

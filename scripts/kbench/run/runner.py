@@ -153,13 +153,15 @@ def use_compile_cache(framework_def, own_env, context: dict) -> dict | None:
 
 
 class FirstStep:
-    """Time to the first useful step, in its parts: the framework's import (with its device found), the model's build,
-    the first step (its warm-up step 1) with what the framework itself reports of it (kbench.adapters.Backend
+    """Time to the first useful step, in its parts: the framework's import (with its device found), its libraries'
+    start-up (probe_s: the numerics probe's float32 matmul and convolution, the first the framework runs on its
+    device: cuBLAS's and cuDNN's handles, JAX's first XLA compile; set_and_probe_numerics), the model's build, the
+    first step (its warm-up step 1) with what the framework itself reports of it (kbench.adapters.Backend
     compile_times), the programs compiled by its end and those compiled after it (recompiles: the rest of the warm-up
     and the window), graph breaks, and the persistent compile cache it started from (cold or warm) with its hits."""
 
     def __init__(self, backend, cache: dict | None, import_s: float):
-        self.backend, self.cache, self.import_s, self.build_s = backend, cache, import_s, None
+        self.backend, self.cache, self.import_s, self.probe_s, self.build_s = backend, cache, import_s, None, None
         self.first_counters, self.first_times, self.last_counters, self.built_times = {}, {}, {}, {}
 
     def before_steps(self) -> None:
@@ -187,7 +189,7 @@ class FirstStep:
         if self.cache:
             cache = {**self.cache, "entries_after": compile_cache.entries(self.cache["folder"]),
                      **{k: self.first_times.get(k) for k in ("cache_hits", "cache_misses")}}
-        return {"import_s": self.import_s, "build_s": self.build_s,
+        return {"import_s": self.import_s, "probe_s": self.probe_s, "build_s": self.build_s,
                 "parts": self.first_step_parts(),   # what the framework reports of it (None: nothing)
                 "programs": first, "recompiles": None if first is None or last is None else last - first,
                 "graph_breaks": (self.last_counters.get("graph_breaks", 0) + self.last_counters.get("unsupported", 0))
@@ -260,7 +262,9 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
         if identity is not None:            # a GPU cell's: the device it ran on is the one it leased
             provenance["device_identity"] = identity
         adapters.refuse(adapter, spec)
+        clock = time.perf_counter()
         numerics_record = set_and_probe_numerics(spec, backend)
+        first.probe_s = time.perf_counter() - clock
         numerics.check(numerics_record["probe"], spec.settings["tf32"], spec.dtypes.compute,
                        backend.device()["kind"])
         device = provenance["device_facts"]
@@ -450,7 +454,9 @@ def check_device_identity(spec: CellSpec, framework: str, facts: dict, context: 
 def set_and_probe_numerics(spec: CellSpec, backend) -> dict:
     """The framework's own float32 switches as the spec's tf32 setting says (given its compute dtype and task), then
     the probes of what a float32 matmul and, where the backend has one, a float32 convolution really get on this
-    device (numerics.check fails a float32 cell meant to be float32 that is not)."""
+    device (numerics.check fails a float32 cell meant to be float32 that is not). The first matmul and convolution
+    the framework runs on the device: their libraries start here, and the runner times it as the first step's
+    probe_s (FirstStep)."""
     switches = backend.set_tf32(spec.settings["tf32"], spec.dtypes.compute, spec.task)
     return {"tf32": spec.settings["tf32"], "precision_switches": switches,
             "probe": numerics.probe(backend.matmul, getattr(backend, "conv", None))}
