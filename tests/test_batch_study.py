@@ -203,6 +203,32 @@ def test_an_out_of_memory_error_is_oom_in_every_frameworks_words():
     assert not runner.out_of_memory(ValueError("shapes (2, 3) and (4, 5) do not align"))
 
 
+def reraised_inside_except(inner: BaseException) -> BaseException:
+    """What Keras does where it re-raises inside an `except` without `from`: the backend's error is the new one's
+    __context__ only (implicit chaining; __cause__ is None)."""
+    try:
+        try:
+            raise inner
+        except type(inner):
+            raise ValueError("Keras re-raised it")         # noqa: B904 (the implicit chaining is the point)
+    except ValueError as outer:
+        return outer
+
+
+def test_an_oom_that_keras_reraises_without_from_is_still_oom_and_a_chain_without_one_is_not():
+    """The chain is followed through __context__ as well as __cause__: an OutOfMemoryError re-raised implicitly is
+    oom (the batch study's ladder stops there); the same chain around an error that is no OOM is not."""
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    implicit = reraised_inside_except(OutOfMemoryError("x"))
+    assert implicit.__cause__ is None and isinstance(implicit.__context__, OutOfMemoryError)
+    assert runner.out_of_memory(implicit)
+    unrelated = reraised_inside_except(KeyError("layer_norm"))
+    assert unrelated.__cause__ is None and isinstance(unrelated.__context__, KeyError)
+    assert not runner.out_of_memory(unrelated)
+
+
 def test_an_oom_record_reads_oom_not_failed():
     spec = matrix.spec(CONFIG, "tiny", "bert", "fit", 64, "float32", "native-torch-eager", "strict")
     record = cell.new_result(spec, {}, "oom", cell.error_info("OutOfMemoryError", "CUDA out of memory"))
