@@ -347,3 +347,19 @@ def test_every_backend_has_a_convolution_probe(monkeypatch):
     found = {name: hooks.get("conv") for name, hooks in every_backends_hooks(monkeypatch)}
     assert sorted(found) == ["jax", "numpy", "paddle", "tensorflow", "torch"]
     assert [name for name, conv in found.items() if conv is None] == []
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_paddle_starts_its_gpu_in_the_import_part_of_the_first_step(monkeypatch, gpu):
+    """Paddle starts its CUDA context at the first tensor on the GPU: its hooks make one (after set_device("gpu:0"))
+    and read it back, so the context's start-up lands in the import part as torch's and TensorFlow's do, not in the
+    numerics probe. On a CPU: nothing is placed and nothing started."""
+    log = []
+    fake_paddle(monkeypatch, gpu, log)
+
+    class Started:
+        def numpy(self):
+            log.append(("numpy",))
+    monkeypatch.setattr(sys.modules["paddle"], "zeros", lambda shape: log.append(("zeros", shape)) or Started())
+    _hooks.paddle_hooks()
+    assert log == ([("set_device", "gpu:0"), ("zeros", [1]), ("numpy",)] if gpu else [])
