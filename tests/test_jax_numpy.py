@@ -11,6 +11,7 @@ from kbench.studies import jax_numpy
 from kbench.results import jax_numpy_tables as tables
 from kbench.results.context import Records
 from conftest import run_context
+from test_launch import driver_environment  # noqa: F401 (a fixture)
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 CLAIM = CONFIG["jax_numpy"]["claim"]
@@ -170,3 +171,30 @@ def test_the_rules_script_starts_the_job_on_every_cpu_of_the_host(monkeypatch):
     runpy.run_path(str(REPO / "scripts" / "run_jax_numpy.py"), init_globals={"snakemake": snakemake})
     (options,) = [args[-1] for args in started]
     assert options.host_cpus and options.module == "kbench.studies.jax_numpy" and options.timeout_s == 600
+
+
+@pytest.mark.parametrize("accelerator, platform, refused", [("gpu", "cpu", True), ("gpu", "gpu", False),
+                                                            ("cpu", "cpu", False)])
+def test_a_job_that_claims_a_gpu_on_jaxs_cpu_fails_with_the_cells_device_check(accelerator, platform, refused,
+                                                                                driver_environment, monkeypatch):
+    """In process, JAX faked (the driver has none): a GPU job whose JAX runs on its CPU would time the CPU against
+    NumPy; it fails with the cells' own NoAccelerator (kbench.run.runner.check_device) before any workload runs."""
+    import json
+    import sys
+    import types
+    monkeypatch.setenv("KBENCH_LOCK", json.loads(driver_environment.read_text())["lock"])
+    device = types.SimpleNamespace(platform=platform, device_kind="NVIDIA H100" if platform == "gpu" else "cpu")
+    jnp = types.SimpleNamespace()
+    fake = types.SimpleNamespace(__version__="0.0-fake", numpy=jnp, devices=lambda: [device], device_count=lambda: 1,
+                                 config=types.SimpleNamespace(update=lambda *a: None))
+    monkeypatch.setitem(sys.modules, "jax", fake)
+    monkeypatch.setitem(sys.modules, "jax.numpy", jnp)
+    # no workloads (the check comes before them), no environment variables (job_run sets them in this process)
+    job = {**jax_numpy.job({**CONFIG, "accelerator": accelerator}, "tiny"), "workloads": {}, "env": {}}
+    result = jax_numpy.run(job, {"runtime": "test"})
+    if refused:
+        assert result.status == "failed" and result.error["type"] == "NoAccelerator", result.error
+        assert result.error["message"].startswith("the job asks for a GPU (gpu), but jax runs on cpu (cpu)")
+    else:
+        assert result.status == "ok", result.error
+    assert result.provenance["device"] == device.device_kind

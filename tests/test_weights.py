@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import CONFIG
+from test_launch import driver_environment, synthetic_spec  # noqa: F401 (a fixture)
 from kbench.equivalence import check
 from kbench.models import mappings, weights
 from kbench.plan import matrix
@@ -381,3 +382,39 @@ def test_a_native_weight_the_reference_did_not_give_makes_the_mapping_incomplete
     verdict = verdicts(check_job("native", [{"task": "predict", "precision": "float32", "tolerance": 1e-5,
                                              "variants": {"as built": {"loaded": found, "rel": 1e-8, "compared": {}}}}]))
     assert verdict == ["mapping incomplete: not loaded from the reference: 1: bert.pooler.dense.bias"]
+
+
+# ---------------------------------------------------------------- the job's device: the cells' own check
+
+@pytest.mark.parametrize("accelerator, sees_gpu, refused", [
+    ("gpu", False, True),           # TF, torch or Paddle failing to load CUDA: it would compare on the CPU
+    ("gpu", True, False),
+    ("cpu", False, False),
+])
+def test_an_equivalence_job_that_claims_a_gpu_its_framework_does_not_see_fails_before_it_compares(
+        accelerator, sees_gpu, refused, driver_environment, monkeypatch):
+    """In process, on the synthetic stand-in (a CPU; KBENCH_SYNTHETIC_GPU=1: a GPU): the job runs the cells' device
+    check (kbench.run.runner.check_device) before its first build, so a GPU job on a framework that sees none fails
+    with the cells' NoAccelerator and compares nothing; its record names the device it found."""
+    monkeypatch.setenv("KBENCH_LOCK", json.loads(driver_environment.read_text())["lock"])
+    if sees_gpu:
+        monkeypatch.setenv("KBENCH_SYNTHETIC_GPU", "1")
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0")
+    else:
+        monkeypatch.delenv("KBENCH_SYNTHETIC_GPU", raising=False)
+    spec = synthetic_spec(task="predict").replace(accelerator=accelerator)
+    job = {"cell_id": f"t/strict/equivalence/synthetic/{accelerator}", "job": "equivalence", "suite": "t",
+           "profile": "strict", "model": "synthetic", "framework": "synthetic", "accelerator": accelerator,
+           "framework_def": spec.framework_def, "env": {}, "cells": [spec.to_dict()], "reference": None,
+           "fit_steps": 0, "differences": [], "seed": 0}
+    result, _ = check.run(job, {"runtime": "test"})
+    assert result.provenance["device"] == ("synthetic GPU GPU-0" if sees_gpu else "cpu")
+    if refused:
+        assert result.status == "failed" and result.error["type"] == "NoAccelerator", result.error
+        assert result.error["message"].startswith("the job asks for a GPU (gpu), but numpy runs on cpu (cpu)")
+        assert result.equivalence["results"] == []
+    else:
+        assert result.status == "ok", result.error
+        found = result.equivalence["results"]
+        assert [(r["task"], r["precision"]) for r in found] == [("predict", "float32")]
+        assert "has no outputs" in found[0]["error"]          # built: the stand-in has nothing to compare

@@ -2,7 +2,9 @@
 exact or tanh, a norm's epsilon, an input normalisation, a scheduler's first timestep: all keep the counts).
 
 One job per model and column, in the column's own environment (`python -m kbench.equivalence.check --out R < payload`,
-started by kbench.run.launch like a cell), for every task and precision of the model in the suite:
+started by kbench.run.launch like a cell), for every task and precision of the model in the suite, on the device its
+spec claims (a GPU job whose framework runs on the CPU fails before it compares, as a cell does:
+kbench.run.runner.check_device's NoAccelerator):
 - the reference column (config equivalence.reference, Keras 3 on JAX) makes the reference: unit-scale weights from
   the cell's seed (kbench.models.weights.unit_scale), its outputs on the cell's inputs in inference mode, and for a fit
   the losses of `fit_steps` optimizer steps from them, all in float32, into <reference>.npz;
@@ -99,7 +101,9 @@ def run(job: dict, context: dict) -> tuple[cell.CellResult, dict[str, np.ndarray
     def check(provenance):
         adapter = adapters.load(job["framework_def"]["adapter"])
         backend = adapter.backend()
-        provenance.update(backend=backend.name, device=backend.device()["name"], packages=backend.package_versions())
+        provenance.update(backend=backend.name, device=backend.device()["name"], device_facts=backend.device(),
+                          packages=backend.package_versions())
+        runner.check_device(job, backend)     # a GPU job whose framework runs on the CPU compares nothing: failed
         reference = None if job["reference"] is None else dict(np.load(_files()["reference"]))
         for spec in map(CellSpec.of, job["cells"]):   # float32 first: every other precision is compared with it
             try:

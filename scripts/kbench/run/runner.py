@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kbench.contract.spec import CellSpec
+from kbench.contract.spec import CellSpec, JobSpec, spec_of
 from kbench.contract import cell
 from kbench.instruments import compile_cache, numerics, timing
 from kbench.breakdown import measure
@@ -375,13 +375,17 @@ def measurement_environment() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(MEASUREMENT_ENV)}
 
 
-def check_device(spec: CellSpec, backend) -> None:
+def check_device(spec: CellSpec | JobSpec | dict, backend) -> None:
     """A GPU cell must run on a GPU, decided before the model is built: a framework that fell back to the CPU (no
-    driver, a CUDA too new for it, a runtime that did not pass the GPU) would otherwise time the CPU."""
+    driver, a CUDA too new for it, a runtime that did not pass the GPU) would otherwise time the CPU. So must a job
+    that claims one (spec: a job's, typed or as its JSON: the equivalence check, JAX against NumPy), whose numbers
+    would otherwise be the CPU's under a GPU's name too."""
+    spec = spec_of(spec)
     device = backend.device()
     if preflight.is_gpu(spec.accelerator) and device["kind"] != "gpu":
         from kbench.adapters import NoAccelerator
-        raise NoAccelerator(f"the cell asks for a GPU ({spec.accelerator}), but {backend.name} runs on "
+        asker = "job" if isinstance(spec, JobSpec) else "cell"
+        raise NoAccelerator(f"the {asker} asks for a GPU ({spec.accelerator}), but {backend.name} runs on "
                             f"{device['kind']} ({device['name']}); see docs/gpu-hosts.md")
 
 
