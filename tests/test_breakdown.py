@@ -755,3 +755,31 @@ def test_a_column_whose_trace_shows_no_attention_core_reads_not_separated_where_
     assert attention[("bert", "paddle-dygraph")] == breakdown_tables.NOT_SEPARATED
     assert attention[("bert", "native-torch-eager")] == "2.00 (20%)"
     assert attention[("resnet50", "paddle-dygraph")] == "0.00 (0%)"
+
+
+def test_torch_compiles_own_wrappers_are_the_runtimes_time_and_its_compiled_graph_an_op():
+    """dynamo's guard checks and the region around a compiled frame are torch's runtime (waiting, as JAX's dispatch
+    is), recorded as cpu_ops; the compiled graph's call inside them is an op (on a CPU: fusion, content not read)."""
+    events = [*steps_of(0, 1000, 1), x("TorchDynamo Cache Lookup", 0, 100), x("Torch-Compiled Region: 0/0", 100, 500),
+              x("Pregraph bytecode", 110, 10), x("AOTDispatcher Runtime Wrapper Prologue", 130, 10),
+              x("## Call CompiledFxGraph fabc ##", 200, 300), x("CompiledFunction", 650, 100)]
+    found = trace.breakdown(trace.events_of(events), 1, "cpu")
+    assert found["ms_per_step"]["fusion_unread"] == pytest.approx(0.3)
+    assert found["ms_per_step"]["waiting"] == pytest.approx(0.7) and found["unrecognised_share"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["CommonPjRtClient::CreateOutputs", "CommonPjRtBuffer::Await", "Handle inputs",
+                                  "DevicePut", "ParseArguments", "AllocateOutputBuffersWithInputReuse",
+                                  "Wait for donation holds", "PythonRefManager::CollectGarbage", "EagerCopyToDevice"])
+def test_jaxs_and_tensorflows_dispatch_on_the_host_is_the_runtimes_own(name):
+    """As the tiny cells' JAX (jaxlib 0.10) and TensorFlow (2.21) traces write them on the Python thread."""
+    events = [*steps_of(0, 1000, 1), x("dot.1", 0, 100, tid=2, cat=None, hlo_op="dot.1"), x(name, 200, 300, cat=None)]
+    assert trace.breakdown(trace.events_of(events), 1, "cpu")["unrecognised_share"] == 0.0
+
+
+def test_paddles_layer_and_backward_scopes_are_annotations_and_a_static_programs_kernels_ops():
+    events = [*steps_of(0, 1000, 1), x("BertModel", 0, 600, cat="Forward"), x("Gradient Backward", 600, 300,
+                                                                             cat="Backward"),
+              x("matmul kernel launch", 10, 100, cat="StaticKernelLaunch")]
+    found = trace.breakdown(trace.events_of(events), 1, "cpu")
+    assert found["ms_per_step"]["matmul_conv"] == pytest.approx(0.1) and found["unrecognised_share"] == 0.0

@@ -103,7 +103,7 @@ MOVEMENT_STEMS = {"copy", "transpose", "bitcast", "broadcast", "reshape", "slice
                   "pad", "gather", "scatter", "reverse", "iota", "constant", "tuple", "get", "element"}
 SILENT_STEMS = {"", "ynn", "loop", "input", "output", "kloop", "kinput", "koutput", "custom", "wrapped"}
 INDUCTOR = re.compile(r"^(cpp|triton)_(?:(?P<kind>poi|red|per|tem)_)?fused_(?P<ops>.*?)(_\d+)?$")
-INDUCTOR_GRAPH = re.compile(r"compiledfxgraph|torch-compiled region|compiledfunction")
+INDUCTOR_GRAPH = re.compile(r"compiledfxgraph")
 
 # A kernel a compiler made (XLA's fusions, Inductor's), as against one its op library fused
 COMPILER_FUSED = re.compile(r"fusion|cpp_fused|triton_", re.I)

@@ -46,7 +46,8 @@ DROPPED = re.compile(r"dropped", re.I)      # a profiler that says it dropped ev
 # Which events are ops (the rest are the profiler's, the runtime's or Python's own): by category, or by an argument
 # the op events carry
 OP_CATEGORIES = {"cpu_op",                                        # torch on the host
-                 "Operator", "OperatorInner", "DygraphKernelLaunch"}  # Paddle on the host
+                 "Operator", "OperatorInner", "DygraphKernelLaunch",  # Paddle on the host, dygraph
+                 "StaticKernelLaunch"}                                # and a static program's
 OP_ARGS = ("hlo_op",        # XLA's ops: JAX, and TensorFlow under jit_compile
            "is_eager")      # TensorFlow's own ops (a graph's or eager)
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset",        # torch (Kineto)
@@ -55,7 +56,8 @@ DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset",        # torch (Kinet
 # (Kineto's gpu_user_annotation), its own overhead (Kineto's "overhead" category), a host's waits on the device
 # (Kineto's cuda_sync: Stream Sync, Event Sync)
 ANNOTATIONS = {"user_annotation", "gpu_user_annotation", "python_function", "Trace", "trace", "ProfileStep",
-               "UserDefined", "PythonUserDefined", "ac2g"}
+               "UserDefined", "PythonUserDefined", "ac2g",
+               "Forward", "Backward"}      # Paddle's layers' forward calls and its backward pass, around their ops
 NOT_ACTIVITY = {"overhead", "gpu_overhead", "cuda_sync"}
 # A device's process: XProf's "/device:GPU:0", Paddle's "GPU 0"; Kineto names a GPU's process after the host's
 # ("python3") and labels it "GPU 0" (libkineto GenericActivityProfiler: process_labels), so a process that holds a
@@ -75,7 +77,17 @@ RUNTIME = re.compile(r"^(\$|profilerstep#|##|thunk|tfrtcpu|pjrt|pjit|executor|ex
                      r"cudalaunch|cudagraphlaunch|hiplaunch|threadpool|slinky|tf\.|convert_to_tensor|validateinput|"
                      r"functionrun|runfunction|run_graph|rungraph|session|torchdynamo|torch-compiled region|"
                      r"pregraph bytecode|aotdispatcher|## call compiledfxgraph|compiledfunction|"
-                     r"[a-z_]*executable(::| )|localcomputation|pyjit|pmap)", re.I)
+                     r"[a-z_]*executable(::| )|localcomputation|pyjit|pmap|"
+                     # JAX's dispatch and PJRT's buffers around an XLA program's run (jaxlib 0.10)
+                     r"[a-z]*pjrt(client|buffer)::|handle inputs|handle input event recording|deviceput|parsearguments|"
+                     r"allocateoutputbuffers|wait for (donation|usage) holds|pythonrefmanager::|"
+                     # TensorFlow's eager runtime copying inputs to the device
+                     r"eagercopytodevice)", re.I)
+# torch.compile's runtime, which torch records as cpu_ops: dynamo's guard checks, the region around a compiled frame,
+# AOTAutograd's wrappers (the compiled graph itself, "## Call CompiledFxGraph ... ##", stays an op)
+RUNTIME_OPS = re.compile(r"^(torchdynamo cache lookup|torch-compiled region|pregraph bytecode|aotdispatcher|"
+                         r"compiledfunction(backward)?$|autograd::engine::evaluate_function: compiledfunctionbackward$)",
+                         re.I)
 RUNTIME_ARGS = ("tf_function_call",)     # a tf.function's call, named after its Python function (one_step_on_data)
 LINKS = ("External id", "correlation", "correlation_id", "correlation id")
 # A kernel CUDA ran from a graph (a CUDA graph, XLA's command buffers): its launch is the graph's
@@ -142,11 +154,13 @@ def events_of(raw: list[dict]) -> list[Event]:
 
 
 def is_op(event: Event) -> bool:
-    """A host op, or any activity on a device's lanes (its kernels, copies and sets)."""
+    """A host op, or any activity on a device's lanes (its kernels, copies and sets). torch.compile's own wrappers
+    are no op (RUNTIME_OPS): dynamo's guard checks and the calls around a compiled graph are the runtime's time."""
     if event.on_device:
         return event.category not in ANNOTATIONS and event.category not in NOT_ACTIVITY \
             and event.name not in (MARKER, STEP_MARKER) and not DERIVED_LINES.match(event.line)
-    return event.category in OP_CATEGORIES or any(arg in event.args for arg in OP_ARGS)
+    return (event.category in OP_CATEGORIES or any(arg in event.args for arg in OP_ARGS)) \
+        and not RUNTIME_OPS.match(event.name)
 
 
 def window(events: list[Event]) -> tuple[float, float]:
