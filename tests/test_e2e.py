@@ -433,6 +433,9 @@ def test_the_demo_cells_step_breaks_down_by_kind_side_by_side_and_closes(podman_
         assert max(kinds, key=kinds.get) != "other" and found["ops_per_step"] > 10, (cell_id, found)
         # every column names its matrix products: XLA's fusions that hold BERT's dots are read from their programs
         assert found["ms_per_step"]["matmul_conv"] > 0 and len(found["per_step"]["matmul_conv"]) == found["steps"]
+        # the same work, the same word: both columns find BERT's attention core (native's SDPA op and the core
+        # the runner scoped in Keras's MultiHeadAttention), its softmax and dropout inside it
+        assert found["ms_per_step"]["attention"] > 0 and found["attention_scopes"] >= 1, (cell_id, found)
         if "keras3-jax" in cell_id:
             assert found["programs_read"] > 0 and found["read_from"]["program"] > 0.5, (cell_id, found)
             assert found["ms_per_step"]["fusion_unread"] < 0.2 * found["step_ms_per_step"], (cell_id, found)
