@@ -14,7 +14,10 @@ serially on a driver older than its ptxas.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import re
+import shutil
+import subprocess
 from typing import NamedTuple
 
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
@@ -86,3 +89,39 @@ def requirement(lock_text: str) -> CudaRequirement | None:
     if version[0] not in MIN_DRIVER:
         raise ValueError(f"no driver floor known for CUDA {version[0]}.x ({pin})")
     return CudaRequirement(f"{version[0]}.{version[1]}", MIN_DRIVER[version[0]], RELEASE_DRIVER.get(version), pin)
+
+
+# XLA's ptxas: the nvidia-cuda-nvcc wheel the JAX and TensorFlow GPU locks install (jax[cuda12], tensorflow[and-cuda];
+# CUDA 13's wheels drop the -cu suffix), whose ptxas XLA finds in the CUDA folder the framework hands it
+PTXAS_WHEELS = ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc", "nvidia-cuda-nvcc-cu13", "nvidia-cuda-nvcc-cu11")
+_PTXAS_RELEASE = re.compile(r"release (\d+)\.(\d+)")
+
+
+def ptxas_cuda(run=subprocess.run, which=shutil.which) -> tuple[str, str] | None:
+    """The CUDA version (major.minor) of the ptxas XLA compiles with, and where it was read: the nvidia-cuda-nvcc
+    wheel installed beside the framework, else `ptxas --version` of the ptxas on PATH (a preinstalled interpreter's
+    CUDA toolkit); None where there is neither."""
+    for name in PTXAS_WHEELS:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return ".".join(version.split(".")[:2]), f"{name} {version}"
+    path = which("ptxas")
+    if path is None:
+        return None
+    try:
+        found = _PTXAS_RELEASE.search(run([path, "--version"], capture_output=True, text=True, timeout=30).stdout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (f"{found[1]}.{found[2]}", f"{path} --version") if found else None
+
+
+def xla_serial_compile(driver_cuda: str, ptxas: str) -> bool:
+    """Whether XLA compiles its kernels one at a time: the driver's CUDA version older than its ptxas's, both as
+    major.minor (XLA's own condition: xla/service/gpu/nvptx_compiler.cc, ChooseLinkingMethod, compares
+    cuDriverGetVersion's major * 1000 + minor * 10 with ptxas's; the driver cannot link the newer ptxas's output, so
+    XLA gives up splitting a module into parts compiled side by side, and warns "XLA is disabling parallel
+    compilation"). XLA spares itself this where it links with an nvlink at least as new as its ptxas, or with
+    libnvjitlink (--xla_gpu_enable_libnvjitlink): the GPU locks' wheels carry no nvlink, and neither is looked for."""
+    return driver_tuple(driver_cuda)[:2] < driver_tuple(ptxas)[:2]

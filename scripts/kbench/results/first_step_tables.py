@@ -23,6 +23,8 @@ LONG = "first_step_long.csv"
 OUTPUTS = [f"{NAME}.{fmt}" for fmt in flat.FORMATS] + [LONG]
 PLOTS = [f"{NAME}.{fmt}" for fmt in plots.FORMATS]
 WARM_DIFFERS = "warm window differs"
+# XLA compiled the run's kernels one at a time: the driver's CUDA older than its ptxas's (kbench.gpu.cuda)
+XLA_SERIAL = "xla serial compile"
 PART_NAMES = {"trace_s": "trace", "lower_s": "lower", "compile_s": "compile", "backend_s": "backend"}
 # the parts before the first step, in order, and as the wide table names them (kbench.run.runner.FirstStep): the
 # framework's import, its libraries' start-up (the numerics probe's float32 matmul and convolution: cuBLAS's and
@@ -69,7 +71,16 @@ def line(result: cell.CellResult, state: str, band: float) -> dict:
                             else None),
             "cache_refused": "; ".join(cache.get("refused") or []) or None,
             "steady_at_step": steady["steady_at_step"], "ms_per_step": row["mean_ms"],
-            "no_warm_because": no_warm_because(result)}
+            "no_warm_because": no_warm_because(result), **xla_compile(found)}
+
+
+def xla_compile(found: dict) -> dict:
+    """Where the column compiled with XLA on a GPU (kbench.run.runner.xla_compile): the driver's CUDA and its
+    ptxas's, and the flag where the driver is older (XLA then compiles serially: a cold first step slower by the
+    host's driver alone); None and False elsewhere."""
+    xla = found.get("xla_compile") or {}
+    return {"driver_cuda": xla.get("driver_cuda"), "ptxas_cuda": xla.get("ptxas_cuda"),
+            XLA_SERIAL: xla.get("serial_compile") is True}
 
 
 def no_warm_because(result: cell.CellResult) -> str | None:
@@ -95,7 +106,7 @@ def first_step_long(cold: list[cell.CellResult], warm: list[cell.CellResult], ba
     long = pd.DataFrame(lines)
     if long.empty:                  # the columns still, so a reader of an empty table finds them
         return pd.DataFrame(columns=[*flat.ROW_KEYS, "framework", "state", "status", "to_first_step_s",
-                                     WARM_DIFFERS, "pays_back_after_steps"])
+                                     WARM_DIFFERS, XLA_SERIAL, "pays_back_after_steps"])
     long[WARM_DIFFERS] = long.get(WARM_DIFFERS, pd.Series(False, index=long.index)).fillna(False).astype(bool)
     long["pays_back_after_steps"] = [payback(long, entry, eager_twin) for _, entry in long.iterrows()]
     return long
@@ -155,6 +166,8 @@ def cell_text(entry) -> str:
         text += f"; pays back after {paid} steps" if paid.isdigit() else f"; pays back: {paid}"
     if entry.get(WARM_DIFFERS):
         text += f"; {WARM_DIFFERS} †"
+    if entry.get(XLA_SERIAL):
+        text += f"; XLA compiled serially: driver CUDA {entry['driver_cuda']} older than ptxas {entry['ptxas_cuda']} §"
     return text
 
 
@@ -202,7 +215,10 @@ NOTE = ("\ncold: the cell's first repeat, an empty compile cache; warm: a fresh 
         "† the warm window differs from the cold one beyond both intervals and by more than first_step.warm_differs_by "
         "(the cache changed the program, or the machine was not quiet). ‡ the cache's own counters contradict the "
         "run's state: a warm run that compiled anew (misses, or entries added where the framework counts no hits) "
-        "started as a cold one; a cold run that persisted nothing leaves its warm twin nothing to load.\n")
+        "started as a cold one; a cold run that persisted nothing leaves its warm twin nothing to load. § XLA "
+        "compiled the run's kernels one at a time: the host's driver supports an older CUDA than XLA's ptxas (XLA's "
+        "own condition; first_step_long.csv: driver_cuda, ptxas_cuda), so its compile, and a cold first step, is "
+        "slower on this host than on one with a newer driver.\n")
 
 
 def plot(long: pd.DataFrame, frameworks: list[str]):

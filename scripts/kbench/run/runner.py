@@ -24,7 +24,7 @@ from kbench.contract.spec import CellSpec, JobSpec, spec_of
 from kbench.contract import cell
 from kbench.instruments import compile_cache, numerics, timing
 from kbench.breakdown import measure
-from kbench.gpu import nvml, preflight
+from kbench.gpu import cuda, nvml, preflight
 from kbench.stacks import lockcheck
 
 
@@ -152,17 +152,39 @@ def use_compile_cache(framework_def, own_env, context: dict) -> dict | None:
     return {**cache, "variables": sorted(variables)}
 
 
+def compiles_with_xla(spec: CellSpec) -> bool:
+    """Whether the column's steps are compiled by XLA: JAX's always (jit, and op by op where Keras runs eagerly),
+    TensorFlow's under jit_compile."""
+    found = compile_cache.compiler(spec.framework_def, spec.env)
+    return found == "jax" or (found == "tensorflow" and bool(spec.settings.get("jit_compile")))
+
+
+def xla_compile(spec: CellSpec, facts: dict) -> dict | None:
+    """Where the column compiles with XLA on a GPU: the driver's CUDA version (NVML's) against that of XLA's ptxas
+    (kbench.gpu.cuda.ptxas_cuda), and whether XLA compiles serially (a driver older than its ptxas:
+    kbench.gpu.cuda.xla_serial_compile; None where either is unknown), which slows a cold first step by the host's
+    driver alone. None for any other cell."""
+    if facts.get("kind") != "gpu" or not compiles_with_xla(spec):
+        return None
+    driver = (facts.get("nvml") or {}).get("cuda_driver_version")
+    ptxas, ptxas_from = cuda.ptxas_cuda() or (None, None)
+    return {"driver_cuda": driver, "ptxas_cuda": ptxas, "ptxas_from": ptxas_from,
+            "serial_compile": cuda.xla_serial_compile(driver, ptxas) if driver and ptxas else None}
+
+
 class FirstStep:
     """Time to the first useful step, in its parts: the framework's import (with its device found), its libraries'
     start-up (probe_s: the numerics probe's float32 matmul and convolution, the first the framework runs on its
     device: cuBLAS's and cuDNN's handles, JAX's first XLA compile; set_and_probe_numerics), the model's build, the
     first step (its warm-up step 1) with what the framework itself reports of it (kbench.adapters.Backend
     compile_times), the programs compiled by its end and those compiled after it (recompiles: the rest of the warm-up
-    and the window), graph breaks, and the persistent compile cache it started from (cold or warm) with its hits."""
+    and the window), graph breaks, the persistent compile cache it started from (cold or warm) with its hits, and
+    where the column compiles with XLA on a GPU, its ptxas's CUDA against the driver's (xla_compile)."""
 
     def __init__(self, backend, cache: dict | None, import_s: float):
         self.backend, self.cache, self.import_s, self.probe_s, self.build_s = backend, cache, import_s, None, None
         self.first_counters, self.first_times, self.last_counters, self.built_times = {}, {}, {}, {}
+        self.xla = None         # where the column compiles with XLA on a GPU: its ptxas against the driver (xla_compile)
 
     def before_steps(self) -> None:
         """After the build: what the framework had compiled by then (Keras traces some functions as it builds)."""
@@ -194,7 +216,7 @@ class FirstStep:
                 "programs": first, "recompiles": None if first is None or last is None else last - first,
                 "graph_breaks": (self.last_counters.get("graph_breaks", 0) + self.last_counters.get("unsupported", 0))
                 if "graph_breaks" in self.last_counters else None,
-                "cache": cache}
+                "cache": cache, "xla_compile": self.xla}
 
 
 class Progress:
@@ -257,6 +279,7 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
         backend = adapter.backend()
         first = FirstStep(backend, cache, import_s=time.perf_counter() - clock)
         provenance["device_facts"] = {**backend.device(), "nvml": nvml.facts()}
+        first.xla = xla_compile(spec, provenance["device_facts"])
         check_device(spec, backend)
         identity = check_device_identity(spec, backend.name, provenance["device_facts"], context)
         if identity is not None:            # a GPU cell's: the device it ran on is the one it leased
