@@ -161,6 +161,9 @@ def test_the_launched_process_on_its_leased_gpu_passes_by_uuid_or_by_cdi_index(r
     (launched("podman", leased="0"), f"FAILED: leased {OTHER}, ran on {UUID}"),
     (launched(torch_uuid=OTHER.removeprefix("GPU-")), f"FAILED: leased {UUID}, ran on {OTHER.removeprefix('GPU-')}"),
     (launched(nvml_uuid=None), "not measured: the process saw no GPU UUID (no torch with a GPU, no NVML)"),
+    # a lease by an index no listed GPU has, whose UUID the launcher did not know: nothing to hold the process to
+    (launched("podman", leased="5"), f"FAILED: leased 5, whose UUID nothing knows (no GPU listed as 5, none the "
+                                     f"launcher knew), ran on {UUID}"),
 ])
 def test_the_launched_process_on_another_gpu_fails(result, status):
     assert steps_of.launched_device_step(result, DEVICES)["status"] == status

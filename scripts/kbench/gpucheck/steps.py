@@ -229,7 +229,8 @@ def launched_device_step(result: cell.CellResult, devices: list[dict]) -> dict:
     if not uuid_key(seen):
         return step(name, not_measured("the process saw no GPU UUID (no torch with a GPU, no NVML)"), figures)
     if uuid_key(seen) != uuid_key(expected):
-        return step(name, failed(f"leased {expected}, ran on {seen}"), figures)
+        lease = expected or f"{leased}, whose UUID nothing knows (no GPU listed as {leased}, none the launcher knew)"
+        return step(name, failed(f"leased {lease}, ran on {seen}"), figures)
     return step(name, PASSED, figures)
 
 
