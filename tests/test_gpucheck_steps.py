@@ -335,6 +335,107 @@ def test_the_mig_step_lists_instances_in_one_line_and_fails_a_mig_gpu_without_on
         "FAILED: GPU 1 in MIG mode with no MIG instance")
 
 
+# ---------------------------------------------------------------- MIG in a container
+
+MIG_LISTING = ("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a)\n  MIG 3g.20gb     Device  0: (UUID: MIG-1)\n"
+               "  MIG 3g.20gb     Device  1: (UUID: MIG-2)\nGPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-b)\n")
+MIG_ROWS = "0, NVIDIA A100-SXM4-40GB, 580, GPU-a, x\n1, NVIDIA A100-SXM4-40GB, 580, GPU-b, y\n"
+
+
+def mig_host(listing=MIG_LISTING):
+    from kbench.gpu import preflight
+    return preflight.Host(run=lambda argv: listing if argv[1:] == ["-L"] else MIG_ROWS)
+
+
+def test_the_mig_instance_leased_is_the_first_a_cell_may_lease_and_a_host_without_one_has_none(monkeypatch):
+    for name in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    assert steps_of.mig_instance(mig_host())["uuid"] == "MIG-1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-2")           # exported: the cells may lease only that one
+    assert steps_of.mig_instance(mig_host())["index"] == "0:1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert steps_of.mig_instance(mig_host("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a)\n")) is None
+
+
+def test_the_mig_cells_lease_is_the_instance_by_its_cdi_name_and_the_narrowing_ends_with_it(tmp_path, monkeypatch):
+    """The launcher's own lease under lease_narrowed_to: podman gets the instance's CDI name (0:1), the record its
+    MIG UUID; an exported CUDA_VISIBLE_DEVICES is back as it was after."""
+    from kbench.machine.runtimes import RUNTIMES
+    from test_launch import synthetic_spec
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-b")
+    monkeypatch.setattr(steps_of.launch, "LEASES", tmp_path)
+    monkeypatch.setattr(steps_of.launch.host, "SYSFS", tmp_path / "no-sysfs")
+    with steps_of.lease_narrowed_to("MIG-2"), steps_of.launch.gpu_lease(
+            synthetic_spec().replace(accelerator="gpu"), RUNTIMES["podman"], host=mig_host()) as lease:
+        assert lease.gpus == ["0:1"] and [d["uuid"] for d in lease.devices] == ["MIG-2"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-b"
+
+
+NOT_ON_INSTANCE = ("not measured on a MIG instance: NVML's energy counter, clocks, temperature and clock-event "
+                   "reasons are the whole GPU's (GPU-a), its other instances' work included")
+MIG_INSTANCE = {"index": "0:1", "uuid": "MIG-2", "mig": True}
+
+
+def mig_record(status="ok", leased="MIG-2", ran_on="MIG-2", checked=True, energy_note=NOT_ON_INSTANCE, clocks=None):
+    """A synthetic GPU cell's record as the MIG step reads it: its lease, its identity check, its energy."""
+    spec = matrix.spec({**CONFIG, "accelerator": "gpu"}, "smoke", "bert", "fit", 32, "float32", "keras3-jax",
+                       "strict")
+    context = {"runtime": "podman", "launcher": {"gpus_allocated": ["0:1"], "gpu_uuids": [leased]},
+               "device_identity": {"checked": checked, "mig": True, "uuid": ran_on,
+                                   "uuid_from": "NVML, the MIG device under the visible GPU"}}
+    result = cell.new_result(spec, context, status, None if status == "ok" else cell.error_info(
+        "DeviceMismatch", f"numpy runs on GPU-a, but the launcher leased {leased}"))
+    result.energy = {"energy_j": None, "energy_note": energy_note, "sm_clock_mhz_mean": clocks}
+    return result
+
+
+def test_a_cell_on_a_mig_instance_checked_against_its_lease_and_measuring_no_energy_passes():
+    row = steps_of.mig_container_step(mig_record(), MIG_INSTANCE)
+    assert passed(row) and row["step"] == "MIG in a container", row
+    assert row["figures"] == (f"leased 0:1 (MIG-2); ran on MIG-2 (NVML, the MIG device under the visible GPU); "
+                              f"energy: {NOT_ON_INSTANCE}")
+
+
+@pytest.mark.parametrize("record, words", [
+    (mig_record("failed"), ["the cell did not run: failed: DeviceMismatch"]),       # read the parent GPU
+    (mig_record(checked=False), ["its identity was not checked as a MIG instance"]),
+    (mig_record(energy_note=None, clocks=1980.0), ["reports energy or clocks on the instance: the whole GPU's"]),
+    (mig_record(energy_note=None), ["reports energy or clocks"]),        # nothing measured, and no reason said
+    (mig_record(energy_note="no energy: the timed window lasted 0.20 s, under the 1 s the energy counter's ~100 ms "
+                            "steps resolve", clocks=1980.0), ["reports energy or clocks"]),
+])
+def test_a_cell_on_a_mig_instance_that_fails_its_lease_or_reports_the_gpus_energy_fails(record, words):
+    assert failed(steps_of.mig_container_step(record, MIG_INSTANCE), *words)
+
+
+def test_a_host_without_a_mig_instance_or_the_image_or_a_mig_lease_is_not_measured():
+    assert steps_of.mig_container_step(None, None) == {"step": "MIG in a container", "status": "not measured: no "
+                                                       "MIG instance on this host", "figures": ""}
+    assert steps_of.mig_container_step(None, MIG_INSTANCE, "deadline")["status"] == "not measured: deadline"
+    assert steps_of.mig_container_step(mig_record(leased="GPU-a", ran_on="GPU-a"), MIG_INSTANCE)["status"] == \
+        "not measured: the lease was GPU-a, no MIG instance (a SLURM job's allocation decides)"
+
+
+def test_the_mig_step_passes_a_real_record_of_a_cell_on_a_constructed_mig_tree(tmp_path, monkeypatch):
+    """The record the runner writes for a cell in a container handed MIG-2 (tests/test_mig.py's constructed NVML
+    tree): the step passes it; leased another instance, the cell fails and so does the step."""
+    from test_mig import FAKE_NVML, gpu_cell, tree
+    monkeypatch.syspath_prepend(str(FAKE_NVML))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("KBENCH_FAKE_NVML_TREE", tree(None, "MIG-2"))
+    import sys
+    sys.modules.pop("pynvml", None)
+    try:
+        ok, other = gpu_cell(tmp_path, monkeypatch, ["0:1"], ["MIG-2"]), gpu_cell(tmp_path, monkeypatch, ["0:1"],
+                                                                                   ["MIG-3"])
+    finally:
+        sys.modules.pop("pynvml", None)
+    assert passed(steps_of.mig_container_step(ok, MIG_INSTANCE))
+    assert failed(steps_of.mig_container_step(other, MIG_INSTANCE), "DeviceMismatch")
+
+
 # ---------------------------------------------------------------- the cells' breakdowns by kind
 
 def profiled(framework="keras3-jax", model="bert", task="fit", batch=32, profile="strict", config=None, status="ok",

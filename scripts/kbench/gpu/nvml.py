@@ -37,6 +37,8 @@ SAMPLE_S = 0.05
 # NVML's energy counter advances in steps of about 100 ms (and on A100/H100 the power behind it is sampled only part
 # of the time): a window shorter than this gives J/step off by up to a tenth or more, so it gives none.
 MIN_ENERGY_WINDOW_S = 1.0
+# How a record on a MIG instance begins to say why it has no energy, clocks or temperature (not_measured_on)
+NOT_ON_MIG_INSTANCE = "not measured on a MIG instance"
 
 
 def _nvml():
@@ -115,7 +117,7 @@ def not_measured_on(device: Device, nvml) -> str | None:
     if not device.mig:
         return None
     parent = _text(nvml.nvmlDeviceGetUUID(device.parent)) if device.parent is not None else "its GPU"
-    return (f"not measured on a MIG instance: NVML's energy counter, clocks, temperature and clock-event reasons are "
+    return (f"{NOT_ON_MIG_INSTANCE}: NVML's energy counter, clocks, temperature and clock-event reasons are "
             f"the whole GPU's ({parent}), its other instances' work included")
 
 

@@ -10,9 +10,9 @@ the `preinstalled` runtime (each its own process, the launcher's GPU lease, pref
 runner and records as the workflow) in priority order until the deadline, at the smoke suite's sizes. It prints one
 table (status, device, probe, ms/step, MFU, memory, J/step, compiles in the window, graph breaks) and writes every
 cell JSON under --out. Around them, its acceptance steps (kbench.gpucheck.steps: the CPU shares by core, a
-second account's lease, a process started as a cell is in each runtime on its CPUs and its leased GPU, a float32 conv
-probe, the busy share against the window, the cells' device UUIDs, the cells' breakdowns by kind), one table: each passed, FAILED or not measured
-with why. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
+second account's lease, a process started as a cell is in each runtime on its CPUs and its leased GPU, a cell on a
+MIG instance in podman where the host has one, a float32 conv probe, the busy share against the window, the cells'
+device UUIDs, the cells' breakdowns by kind), one table: each passed, FAILED or not measured with why. --plan synthetic runs the harness alone (the synthetic stack pretending to a GPU): the GPU
 plumbing without any framework.
 
 Exit status: 0 where a GPU was seen and every step that ran passed; 1 where a step failed (an import that crashed or
@@ -354,6 +354,7 @@ def check(args: argparse.Namespace) -> int:
           f"missing {', '.join(k for k, v in found.items() if not v and k not in unknown) or 'nothing'}"
           + "".join(f"; {k}: {why}" for k, why in unknown.items()))
     steps = host_steps(gpus, args, out, deadline)
+    steps.append(mig_container(config, out, deadline))
     probes = []
     for framework in ("torch", "jax"):
         if not found.get(framework) or args.plan == "synthetic":
@@ -416,6 +417,30 @@ def host_steps(gpus: list[dict], args: argparse.Namespace, out: Path, deadline: 
         steps.append(steps_of.step("CPU pinning (podman)", steps_of.not_measured(
             "podman is not on PATH, or holds none of this repository's GPU images (results/images/*.gpu.json)")))
     return steps
+
+
+MIG_CELL_S = 120        # a synthetic cell in a framework's image: the container's start, numpy, NVML, a 3 s build
+
+
+def mig_container(config: dict, out: Path, deadline: float) -> dict:
+    """The step "MIG in a container" (kbench.gpucheck.steps.mig_container_step): where the host has a MIG instance and
+    podman holds one of this repository's framework images (NVML bindings), a synthetic GPU cell (its framework
+    reports no UUID: the identity check reads NVML, as for JAX, TensorFlow and Paddle) leased that instance in
+    podman; else not measured, and why."""
+    instance = steps_of.mig_instance()
+    if instance is None:
+        return steps_of.mig_container_step(None, None)
+    record = steps_of.podman_image_record(REPO / "results", nvml_bindings=True)
+    if record is None:
+        return steps_of.mig_container_step(None, instance, "podman is not on PATH, or holds none of this "
+                                                           "repository's framework GPU images (results/images/*.gpu.json)")
+    left = deadline - time.monotonic() - STOP_S
+    if left < MIG_CELL_S / 4:
+        return steps_of.mig_container_step(None, instance, "deadline")
+    synthetic, plan = synthetic_config(config)
+    spec = matrix.spec(synthetic, "smoke", *plan[0], "strict")
+    return steps_of.mig_container_step(steps_of.mig_cell(spec, record, out / "mig", instance, min(MIG_CELL_S, left)),
+                                       instance)
 
 
 NO_GPU, FAILED = 2, 1

@@ -27,10 +27,15 @@ that ran). The steps:
 - a SLURM allocation other than GPU 0: the node's last GPU, in the node's view and in a job's renumbered view
   (ConstrainDevices: it alone, as 0), resolves to that GPU's UUID;
 - MIG: the devices a cell can lease, MIG instances in place of their GPU (kbench.gpu.preflight.leasable), listed in
-  one line; a GPU in MIG mode without an instance fails it (no cell could run there).
+  one line; a GPU in MIG mode without an instance fails it (no cell could run there);
+- MIG in a container: a GPU cell whose framework reports no UUID (the synthetic adapter's stand-in GPU, read as JAX's,
+  TensorFlow's and Paddle's are: through NVML) leased the host's first MIG instance in podman (its CDI name, no
+  CUDA_VISIBLE_DEVICES inside): its identity check compared the instance's UUID with the lease, and its record says
+  energy and clocks are not measured on an instance. A host without a MIG instance: not measured.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import os
@@ -43,7 +48,7 @@ from types import SimpleNamespace
 from kbench.contract import cell
 from kbench.instruments import compile_cache
 from kbench.machine import host, environment_records
-from kbench.gpu import preflight
+from kbench.gpu import nvml, preflight
 from kbench.run import launch
 from kbench.run import runner
 from kbench.run.runner import uuid_key
@@ -234,19 +239,89 @@ def launched_device_step(result: cell.CellResult, devices: list[dict]) -> dict:
     return step(name, PASSED, figures)
 
 
-def podman_image_record(results: Path) -> Path | None:
+def podman_image_record(results: Path, nvml_bindings: bool = False) -> Path | None:
     """A GPU image record of this repository's whose image podman's storage holds (the launched process needs any
-    image with Python; the scripts are mounted), or None."""
+    image with Python; the scripts are mounted), or None. nvml_bindings: only an image whose lock pins nvidia-ml-py
+    (every framework stack's; not the synthetic stack's), for a process that reads NVML."""
     if not shutil.which("podman"):
         return None
     for path in sorted((results / "images").glob("*.gpu.json")):
         try:
-            image = environment_records.read(path)["id"]
+            found = environment_records.read(path)
+            image = found["id"]
+            if nvml_bindings and "nvidia-ml-py==" not in (host.REPO / found["lock"]).read_text():
+                continue
         except (OSError, ValueError, KeyError):
             continue
         if subprocess.run(["podman", "image", "exists", image], capture_output=True).returncode == 0:
             return path
     return None
+
+
+# ---------------------------------------------------------------- MIG in a container
+
+MIG_CONTAINER = "MIG in a container"
+
+
+def mig_instance(host_: preflight.Host | None = None) -> dict | None:
+    """The first MIG instance a cell here may lease (kbench.gpu.preflight.leasable, narrowed as the cells' leases are
+    by an exported CUDA_VISIBLE_DEVICES), or None: none on this host, or nvidia-smi cannot say."""
+    try:
+        found = preflight.visible(preflight.leasable(host_ or preflight.Host()))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return next((device for device in found if device.get("mig")), None)
+
+
+@contextlib.contextmanager
+def lease_narrowed_to(uuid: str):
+    """The launcher's GPU lease narrowed to one device, as an exported CUDA_VISIBLE_DEVICES narrows it outside a
+    SLURM job (kbench.gpu.preflight.visible; a container still gets none: its runtime hands it the device)."""
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
+def mig_cell(spec, record: Path, out: Path, instance: dict, timeout_s: float) -> cell.CellResult:
+    """The GPU cell `spec` run through the launcher in podman (the image of `record`) on the MIG instance's lease: its
+    CDI name (0:1) on the command line, no CUDA_VISIBLE_DEVICES in the container."""
+    with lease_narrowed_to(instance["uuid"]):
+        return launch.run_cell(spec, "podman", record, out / "mig-container.json", out / "mig-container.log",
+                               launch.Options(timeout_s=timeout_s))
+
+
+def mig_container_step(result: cell.CellResult | None, instance: dict | None, why_not: str = "") -> dict:
+    """A cell on a MIG instance in a container: ok, its identity checked against the leased instance's UUID (NVML's
+    MIG device under the visible GPU: kbench.gpu.nvml) and named MIG, and its energy and clocks not measured, with
+    the reason (they would be the whole GPU's). instance None: no MIG instance on this host; result None: not run
+    (why_not)."""
+    if instance is None:
+        return step(MIG_CONTAINER, not_measured("no MIG instance on this host"))
+    if result is None:
+        return step(MIG_CONTAINER, not_measured(why_not), f"MIG instance {instance['index']} {instance['uuid']}")
+    launcher = result.provenance.get("launcher") or {}
+    leased = next(iter(launcher.get("gpu_uuids") or []), None)
+    identity, energy = result.provenance.get("device_identity") or {}, result.energy or {}
+    figures = (f"leased {', '.join(launcher.get('gpus_allocated') or []) or 'nothing'} ({leased}); ran on "
+               f"{identity.get('uuid')} ({identity.get('uuid_from')}); energy: {energy.get('energy_note')}")
+    if result.status != "ok":
+        return step(MIG_CONTAINER, failed(f"the cell did not run: {result.text()}"), figures)
+    if not runner.is_mig(leased):
+        return step(MIG_CONTAINER, not_measured(f"the lease was {leased}, no MIG instance (a SLURM job's allocation "
+                                                "decides)"), figures)
+    problems = []
+    if not identity.get("checked") or not identity.get("mig"):
+        problems.append(f"its identity was not checked as a MIG instance ({identity.get('reason') or identity})")
+    if (not str(energy.get("energy_note") or "").startswith(nvml.NOT_ON_MIG_INSTANCE)
+            or energy.get("energy_j") is not None or energy.get("sm_clock_mhz_mean") is not None):
+        problems.append("its record reports energy or clocks on the instance: the whole GPU's")
+    return step(MIG_CONTAINER, failed("; ".join(problems)) if problems else PASSED, figures)
 
 
 # ---------------------------------------------------------------- the probes and the cells' records
