@@ -150,21 +150,33 @@ def test_dropouts_mask_inside_an_attention_core_is_the_cores_and_outside_it_rand
 
 def test_an_attention_cores_scope_holds_its_ops_and_a_projection_inside_it_is_read_for_itself():
     """The scope the adapters put around an attention core that is no single op (Keras's _compute_attention, an
-    innermost attention module; kbench.adapters._scopes), as torch's record_function writes it: its bmm, softmax and
-    dropout are attention, a Linear projection called inside it (its own scope) a matrix product, and the backward
-    pass of each op follows its forward's scope (torch's Sequence number)."""
+    innermost attention module; kbench.adapters._scopes), as they write it on torch: a record_function event, closed
+    around a projection the core calls and opened again after it. Its bmm, softmax and dropout are attention, the
+    projection's addmm a matrix product and its own Python waiting, and the backward pass of each op follows its
+    forward's scope (torch's Sequence number)."""
     events = [*steps_of(0, 1000, 1),
-              x(kinds.ATTENTION_SCOPE, 0, 500, cat="user_annotation"),
-              x(kinds.PROJECTION_SCOPE, 10, 100, cat="user_annotation"), x("aten::addmm", 20, 80, **{"Sequence number": 1}),
+              x(kinds.ATTENTION_SCOPE, 0, 10, cat="user_annotation"),
+              x("aten::addmm", 20, 80, **{"Sequence number": 1}),
+              x(kinds.ATTENTION_SCOPE, 110, 390, cat="user_annotation"),
               x("aten::bmm", 150, 100, **{"Sequence number": 2}), x("aten::softmax", 260, 100),
               x("aten::bernoulli_", 370, 50), x("aten::softmax", 600, 50),
               x("autograd::engine::evaluate_function: BmmBackward0", 700, 100, **{"Sequence number": 2}),
               x("autograd::engine::evaluate_function: AddmmBackward0", 850, 100, **{"Sequence number": 1})]
     found = trace.breakdown(trace.events_of(events), 1, "cpu")["ms_per_step"]
-    # the core's 500 us less the projection's 100, its backward's 100; the projection's 100 (its scope's own time
-    # around the addmm is the projection's), its backward's 100; a softmax outside a core is a reduction
-    assert found["attention"] == pytest.approx(0.5) and found["matmul_conv"] == pytest.approx(0.2)
+    # the core's 400 us and its backward's 100; the projection's 80 and its backward's 100 (its 20 us of Python
+    # between the two events is waiting); a softmax outside a core is a reduction
+    assert found["attention"] == pytest.approx(0.5) and found["matmul_conv"] == pytest.approx(0.18)
     assert found["elementwise"] == pytest.approx(0.05)
+
+
+def test_an_xla_projection_inside_an_attention_cores_name_scope_is_read_for_itself():
+    """Under JAX and TensorFlow the scopes are names, nested: a projection's instructions carry the core's scope and
+    the projection's after it (kinds.in_attention_core)."""
+    assert kinds.in_attention_core(f"jit(f)/sam/attn/{kinds.ATTENTION_SCOPE}/mul")
+    assert not kinds.in_attention_core(f"jit(f)/sam/attn/{kinds.ATTENTION_SCOPE}/{kinds.PROJECTION_SCOPE}/qkv/dot")
+    assert kinds.in_attention_core(f"jit(f)/a/{kinds.ATTENTION_SCOPE}/{kinds.PROJECTION_SCOPE}/q/"
+                                   f"{kinds.ATTENTION_SCOPE}/mul")         # a core inside a projection's own layer
+    assert not kinds.in_attention_core("jit(f)/self_attention_layer/softmax/exp")
 
 
 def test_attentions_backward_pass_is_attention_though_autograd_runs_it_outside_the_scope():

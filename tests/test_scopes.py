@@ -136,3 +136,30 @@ def test_a_framework_without_a_scope_marks_nothing():
     model = Layer(MultiHeadAttention())
     assert _scopes.mark(model, "paddle") == 0 and _scopes.mark(None, "jax") == 0
     assert "_compute_attention" not in vars(model.children[0])
+
+
+def test_on_torch_a_projection_inside_a_core_is_a_gap_in_the_cores_event_not_a_scope_inside_it(monkeypatch):
+    """record_function events cannot be undone inside: the core's event closes before its projection and a new one
+    opens after, so the projection's own Python lies outside every scope (waiting, as in the other columns)."""
+    events = []
+
+    class RecordFunction:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            events.append(("open", self.name))
+            return self
+
+        def __exit__(self, *exc):
+            events.append(("close", self.name))
+    monkeypatch.setattr(_scopes, "PROFILING", True)
+    scope = lambda name: _scopes._torch_scope(RecordFunction, name)
+    with scope(kinds.ATTENTION_SCOPE):
+        events.append("scores")
+        with scope(kinds.PROJECTION_SCOPE):
+            events.append("qkv")
+        events.append("softmax")
+    assert events == [("open", kinds.ATTENTION_SCOPE), "scores", ("close", kinds.ATTENTION_SCOPE), "qkv",
+                      ("open", kinds.ATTENTION_SCOPE), "softmax", ("close", kinds.ATTENTION_SCOPE)]
+    assert _scopes._OPEN == []

@@ -13,7 +13,8 @@ a model computes it in several ops, the core is scoped by its name (kbench.break
 The scope costs nothing where it is a name: under JAX (jax.named_scope: an XLA instruction's metadata) and TensorFlow
 (tf.name_scope: an op's name), set before the first trace. On torch it is an event (record_function), recorded only
 while the breakdown's profiler runs (PROFILING, set by kbench.adapters._hooks' torch trace), so the timed window runs
-no record_function. Paddle's profiler ties no backward op to its forward, so no scope would hold attention's backward
+no record_function; there a projection inside a core closes the core's event and opens another after it, so the
+projection's own Python is outside every scope (waiting, as a projection's is in every other column). Paddle's profiler ties no backward op to its forward, so no scope would hold attention's backward
 pass: its attention is not separated (its products read as matrix products, the table says so).
 """
 from __future__ import annotations
@@ -51,7 +52,31 @@ def _scope_maker(framework: str):
         import tensorflow as tf
         return tf.name_scope
     from torch.autograd.profiler import record_function
-    return lambda name: record_function(name) if PROFILING else contextlib.nullcontext()
+    return lambda name: _torch_scope(record_function, name) if PROFILING else contextlib.nullcontext()
+
+
+_OPEN: list = []        # the torch attention events open now, innermost last (a forward pass runs on one thread)
+
+
+@contextlib.contextmanager
+def _torch_scope(record_function, name: str):
+    """An attention core as a record_function event; a projection inside one as a gap in it: the core's event is
+    closed before the projection and a new one opened after (events, unlike name scopes, cannot be undone inside)."""
+    if name == PROJECTION_SCOPE:
+        suspended = _OPEN.pop() if _OPEN else None
+        if suspended is not None:
+            suspended.__exit__(None, None, None)
+        try:
+            yield
+        finally:
+            if suspended is not None:
+                _OPEN.append(record_function(ATTENTION_SCOPE).__enter__())
+        return
+    _OPEN.append(record_function(name).__enter__())
+    try:
+        yield
+    finally:
+        _OPEN.pop().__exit__(None, None, None)
 
 
 def _is_attention(obj) -> bool:

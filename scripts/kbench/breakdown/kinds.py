@@ -63,17 +63,14 @@ NAME_RULES = (
 _NAME_RES = tuple((kind, re.compile(pattern)) for kind, pattern in NAME_RULES)
 
 # The name scopes the adapters put around an attention core that is no single op (kbench.adapters._scopes), and
-# around a projection called inside one: found as a host event's name (torch's record_function), a segment of an
-# XLA instruction's op_name or of a TensorFlow op's name
+# around a projection called inside one: found as a host event's name (torch's record_function, which leaves a gap
+# around a projection instead), a segment of an XLA instruction's op_name or of a TensorFlow op's name
 ATTENTION_SCOPE = "kbench_attention"
 PROJECTION_SCOPE = "kbench_projection"
 # Scopes: a host event whose name says what every op inside it does, and whose own time between its ops is that
-# work too (the optimizer's Python between its kernels); a projection scope undoes an attention scope around it
+# work too (the optimizer's Python between its kernels)
 SCOPES = (("optimizer", re.compile(r"^optimizer\.step|optimization step|optimizer\.zero_grad")),
-          ("attention", re.compile(r"scaled_dot_product_attention|_scaled_dot_product|^" + ATTENTION_SCOPE + "$")),
-          ("projection", re.compile("^" + PROJECTION_SCOPE + "$")))
-# A scope's own time between its ops is its work's: a projection's (its Python around its product) a matrix product's
-SCOPE_WORK = {"projection": "matmul_conv"}
+          ("attention", re.compile(r"scaled_dot_product_attention|_scaled_dot_product|^" + ATTENTION_SCOPE + "$")))
 
 # HLO: (kind, opcodes, custom-call targets (substrings)) of which one must be there, first match wins; past them
 # JAX's threefry; a fusion whose opcodes are all MOVEMENT is data movement, else elementwise and reductions (a

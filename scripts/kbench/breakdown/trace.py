@@ -241,10 +241,8 @@ class _Host:
         return segments[i][2] if i >= 0 and segments[i][1] >= moment else None
 
     def scope_of(self, event: Event) -> str | None:
-        """The kind of the innermost scope around a host event, itself included (None: none, or a projection
-        inside an attention core, which is read for itself)."""
-        kind = self.kind_of_scope.get(id(event)) or self.scope_around.get(id(event))
-        return None if kind == "projection" else kind
+        """The kind of the innermost scope around a host event, itself included (None: none)."""
+        return self.kind_of_scope.get(id(event)) or self.scope_around.get(id(event))
 
     def launcher(self, kernel: Event) -> Event | None:
         """The host op that launched a device kernel: the op its link names, or the op running around the launch
@@ -451,8 +449,7 @@ def _what_counts(inside: list[Event], on_device: bool) -> tuple[list[Event], lis
 def _read_all(ops, scopes, strangers, programs, host, on_device) -> dict[int, _Read]:
     """Each op read once (a kernel's launcher looked up once, for its kind and its library test); a scope's own
     time is its kind's; a stranger's is "other" (an op the reader missed: never waiting)."""
-    read = {id(e): _Read(kinds.SCOPE_WORK.get(kinds.of_scope(e.name), kinds.of_scope(e.name)), "scope", False)
-            for e in scopes}
+    read = {id(e): _Read(kinds.of_scope(e.name), "scope", False) for e in scopes}
     read.update({id(e): _Read("other", "unrecognised", False) for e in strangers})
     for e in ops:
         launcher = host.launcher(e) if on_device else None
