@@ -17,6 +17,7 @@ shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH 
 
 from kbench.instruments import compile_cache
 from kbench.contract import precision
+from kbench.contract.spec import on_gpu
 from kbench.machine import environment_records
 from kbench.contract.cell import WARM_SUFFIX
 from kbench.gpu import preflight
@@ -139,7 +140,7 @@ def harness_sources(wildcards):
 def gpus_on_this_host():
     """How many GPUs the cells may use here: those nvidia-smi lists, narrowed by an exported CUDA_VISIBLE_DEVICES
     (1 where there are none, or on a CPU run)."""
-    if not preflight.is_gpu(config["accelerator"]) or not shutil.which("nvidia-smi"):
+    if not on_gpu(config["accelerator"]) or not shutil.which("nvidia-smi"):
         return 1
     try:
         return max(1, len(preflight.visible(preflight.gpus(preflight.Host()))))
@@ -273,7 +274,7 @@ def disk_preflight_before_jobs():
         copies=sum(1 for job in others if job.rule.name == "warm_cell")
         + sum(1 for job, spec in cells if job.wildcards.repeat != "1" and compile_cache.has_cache(spec)),
         at_once=gpus_on_this_host(),
-        kind="cpu" if config["accelerator"] == "cpu" else "gpu")
+        kind="gpu" if on_gpu(config["accelerator"]) else "cpu")
     needs = disk.plan_needs(disk.graphroot() if builds else None, Path(RESULTS), Path(workflow.basedir) / ".envs",
                             builds, archives, venvs, len(others), Path(results("images")), kept)
     try:
@@ -286,7 +287,7 @@ def note_gpu_preflight_on_a_dry_run():
     """A dry run plans GPU cells on a host without a GPU silently (right for a cluster's submit host), but says in
     one line that a real run here would stop at the preflight, and why."""
     # (at parse time the executor is not chosen yet: the output settings are what know it is a dry run)
-    if not workflow.output_settings.dryrun or not preflight.is_gpu(config["accelerator"]):
+    if not workflow.output_settings.dryrun or not on_gpu(config["accelerator"]):
         return
     found = preflight.problems(RUNTIME, config["accelerator"], suite_stacks(config["suite"]), tools=set())
     if found:

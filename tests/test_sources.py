@@ -17,7 +17,7 @@ ADAPTERS = ["native_torch", "keras3", "keras2", "synthetic"]
 def test_every_cell_runs_the_runner_the_timer_and_the_guards(adapter):
     found = sources.cell_modules(adapter)
     for module in ("kbench.run.runner", "kbench.instruments.timing", "kbench.contract.cell", "kbench.stacks.lockcheck", "kbench.instruments.numerics",
-                   "kbench.gpu.nvml", "kbench.gpu.preflight", f"kbench.adapters.{adapter}", "kbench.adapters"):
+                   "kbench.gpu.nvml", "kbench.contract.spec", f"kbench.adapters.{adapter}", "kbench.adapters"):
         assert module in found, (adapter, module)
     assert all(path.startswith("scripts/kbench/") and path.endswith(".py") for path in sources.cell_sources(adapter))
 

@@ -1,12 +1,15 @@
-"""kbench.contract.spec.CellSpec: the plan's one typed record of a cell, a dict only at the JSON edge, read strictly there."""
+"""kbench.contract.spec.CellSpec: the plan's one typed record of a cell, a dict only at the JSON edge, read strictly there;
+and on_gpu, the one meaning of "on a GPU" (every accelerator but the CPU), which no module restates."""
+import ast
 import json
 
 import pytest
+import yaml
 
-from conftest import CONFIG
+from conftest import CONFIG, REPO, run_context
 from kbench.contract import cell
 from kbench.plan import matrix
-from kbench.contract.spec import CellSpec, Dtypes, Steps
+from kbench.contract.spec import CellSpec, Dtypes, Steps, on_gpu
 
 pytestmark = pytest.mark.unit
 
@@ -44,3 +47,38 @@ def test_the_equivalence_variant_is_optional_and_read_as_aligned():
     assert "equivalence" not in spec.to_dict() and not spec.aligned
     aligned = spec.replace(equivalence={"aligned": True})
     assert aligned.aligned and CellSpec.from_dict(aligned.to_dict()) == aligned
+
+
+# ---------------------------------------------------------------- one meaning of "on a GPU"
+
+@pytest.mark.parametrize("accelerator, expected", [("gpu", True), ("gpu-cuda12", True), ("cpu", False),
+                                                   (None, False)])
+def test_every_accelerator_but_the_cpu_is_a_gpu(accelerator, expected):
+    assert on_gpu(accelerator) is expected
+    if accelerator:
+        assert run_context(".", "strict", accelerator=accelerator).on_gpu is expected
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    assert set(schema["properties"]["accelerator"]["enum"]) == {"gpu", "gpu-cuda12", "cpu"}
+    assert a_spec().replace(accelerator=accelerator).on_gpu is expected
+
+
+def accelerator_literals(source: str) -> list[str]:
+    """Each comparison of something named accelerator with a string literal (a second meaning of "on a GPU")."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any("accelerator" in ast.unparse(side) for side in sides) and any(
+                    isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_no_module_compares_the_accelerator_with_a_literal():
+    """kbench.contract.spec.on_gpu is the one meaning: `accelerator == "gpu"` read a gpu-cuda12 run as a CPU's."""
+    assert accelerator_literals('on = config["accelerator"] == "gpu"') == ["config['accelerator'] == 'gpu'"]
+    found = {str(path.relative_to(REPO)): accelerator_literals(path.read_text())
+             for path in sorted((REPO / "scripts" / "kbench").rglob("*.py"))}
+    assert not {path: hits for path, hits in found.items() if hits}
+    rules = "\n".join(path.read_text() for path in sorted((REPO / "rules").glob("*.smk")))
+    assert not [line for line in rules.splitlines() if "accelerator" in line and ('== "' in line or '!= "' in line)]

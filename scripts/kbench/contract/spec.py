@@ -8,6 +8,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+# The accelerator a run's cells are on (config accelerator: gpu | gpu-cuda12 | cpu, which lock of each stack): every
+# value but cpu is a GPU's, whatever CUDA its locks carry. The one meaning of "on a GPU": the plan, the launcher, the
+# runner, the preflight, the disk check, the tables (RunContext.on_gpu) and the first page all ask on_gpu.
+CPU = "cpu"
+
+
+def on_gpu(accelerator: str | None) -> bool:
+    """Whether a run on this accelerator is on a GPU (gpu and gpu-cuda12 alike); a record that names none (an
+    equivalence job's from before the field) reads as the GPU's only where it names one."""
+    return accelerator is not None and accelerator != CPU
+
 
 @dataclass(frozen=True)
 class Dtypes:
@@ -66,6 +77,10 @@ class CellSpec:
     @property
     def adapter(self) -> str:
         return self.framework_def["adapter"]
+
+    @property
+    def on_gpu(self) -> bool:
+        return on_gpu(self.accelerator)
 
     @property
     def shape(self) -> StepShape:
@@ -132,6 +147,7 @@ class JobSpec:
     model = property(lambda self: self._get("model"))
     framework = property(lambda self: self._get("framework"))
     reference = property(lambda self: self._get("reference"), doc="None: this job makes the reference")
+    on_gpu = property(lambda self: on_gpu(self.accelerator))
 
     @property
     def stack(self) -> str:

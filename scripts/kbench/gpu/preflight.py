@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from kbench.contract.spec import on_gpu
 from kbench.gpu import cuda
 from kbench.machine.host import DELEGATE_FIX, REPO, Delegation, cpuset_delegation
 from kbench.machine.lockpaths import lock_path
@@ -43,10 +44,6 @@ class Host:
     read: Callable[[Path], str] = field(default=lambda path: Path(path).read_text())
     exists: Callable[[str], bool] = os.path.exists
     delegation: Callable[[], Delegation] = cpuset_delegation      # the cgroup controllers this account's containers get
-
-
-def is_gpu(accelerator: str) -> bool:
-    return accelerator != "cpu"
 
 
 def gpus(host: Host) -> list[dict]:
@@ -118,7 +115,7 @@ def problems(runtime: str, accelerator: str, stacks: list[str], host: Host | Non
     if runtime == "podman" and host.which("podman") and not host.exists(PODMAN_INIT):
         found.append(f"podman: {PODMAN_INIT} is missing, and every cell runs with --init; install it: "
                      "apt-get install catatonit (scripts/bootstrap does)")
-    if not stacks or not is_gpu(accelerator):
+    if not stacks or not on_gpu(accelerator):
         return found
     return found + _driver(accelerator, stacks, host, repo, runtime) + _plumbing(runtime, host)
 
@@ -129,7 +126,7 @@ def notes(accelerator: str, stacks: list[str], host: Host | None = None, repo: P
     without a cpuset (cpuset_note); a stack whose GPU wheel has no kernels for some of its GPUs
     (kbench.gpu.cuda.KERNEL_ARCHS; its adapter refuses those cells with the same reason, unsupported)."""
     host = host or Host()
-    if not stacks or not is_gpu(accelerator):
+    if not stacks or not on_gpu(accelerator):
         return []
     found = cpuset_note(runtime, host)
     if not host.which("nvidia-smi"):
@@ -173,7 +170,7 @@ def _driver(accelerator: str, stacks: list[str], host: Host, repo: Path, runtime
         need = cuda.requirement(host.read(repo / lock))
         if need and cuda.driver_tuple(driver) < cuda.driver_tuple(need.min_driver):
             fix = ("use the CUDA 12 locks (--config accelerator=gpu-cuda12, driver >= 525.60.13) or update the driver"
-                   if accelerator == "gpu" and need.cuda.startswith("13.") else "update the NVIDIA driver")
+                   if need.cuda.startswith("13.") else "update the NVIDIA driver")     # (the CUDA 12 locks carry 12.x)
             found.append(f"stack {stack}: NVIDIA driver {driver} is older than {need.min_driver}, the oldest that "
                          f"runs CUDA {need.cuda} ({lock} pins {need.pin}); {fix}")
     return found

@@ -341,7 +341,7 @@ def conv_probe_step(probes: list[dict]) -> dict:
 
 
 def gpu_cells(results: list[cell.CellResult]) -> list[cell.CellResult]:
-    return [r for r in results if r.status == "ok" and preflight.is_gpu(r.spec.accelerator)]
+    return [r for r in results if r.status == "ok" and r.spec.on_gpu]
 
 
 def each_gpu_cell(name: str, results: list[cell.CellResult], read, unread: str, none_read: str) -> dict:
@@ -488,7 +488,7 @@ def index_lease_identity_step(devices: list[dict]) -> dict:
     mine = devices[0]
     other = next((d["uuid"] for d in devices[1:]), "GPU-00000000-0000-0000-0000-000000000000")
     facts = {"kind": "gpu", "name": mine["name"], "uuid": None, "nvml": {"uuid": mine["uuid"], "name": mine["name"]}}
-    spec = SimpleNamespace(accelerator="gpu")        # what the check reads of a cell's spec
+    spec = SimpleNamespace(accelerator="gpu", on_gpu=True)      # what the check reads of a cell's spec
 
     def check(leased_uuid):
         context = {"launcher": {"gpus_allocated": [mine["index"]], "gpu_uuids": [leased_uuid]}}

@@ -17,7 +17,7 @@ from kbench.instruments import compile_cache
 from kbench.contract import precision
 from kbench.machine import runtimes
 from kbench.models import family
-from kbench.contract.spec import CellSpec
+from kbench.contract.spec import CellSpec, on_gpu
 from kbench.machine.host import REPO
 from kbench.stacks import lock_path, locks
 
@@ -196,7 +196,7 @@ def stacks_with_lock(accelerator: str, repo: Path = REPO) -> list[str]:
 def not_applicable_reason(config: dict, model: str, task: str, framework: str,
                           precision_name: str | None = None) -> str | None:
     gpu_only = precision_name and precision.PRECISIONS[precision_name].gpu_only
-    if gpu_only and config["accelerator"] == "cpu":
+    if gpu_only and not on_gpu(config["accelerator"]):
         return gpu_only
     for rule in config["not_applicable"]:
         if (matches(rule["framework"], framework) and matches(rule["model"], model) and matches(rule["task"], task)
@@ -406,7 +406,7 @@ def cell_env(config: dict, framework: str, cell_settings: dict) -> dict:
     off (it reaches cuBLAS and cuDNN before any framework loads; each framework's own switches are set in the
     cell)."""
     definition = config["framework_defs"][framework]
-    gpu = {**GPU_CELL_ENV, **definition.get("gpu_env", {})} if config["accelerator"] != "cpu" else {}
+    gpu = {**GPU_CELL_ENV, **definition.get("gpu_env", {})} if on_gpu(config["accelerator"]) else {}
     tf32 = {"NVIDIA_TF32_OVERRIDE": "0"} if cell_settings["tf32"] == "off" else {}
     return {**config["cell_env"], **definition["env"], **gpu, **tf32}
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbench.contract import spec
 from kbench.gpu import peaks
 from kbench.lifecycle import history
 from kbench.plan import matrix
@@ -231,7 +232,7 @@ def _html_table(frame: pd.DataFrame) -> str:
 def build(config: dict, suite: str, tables_dir: Path, store: Path) -> tuple[str, str]:
     """(HTML fragment, Markdown) of the first page."""
     frameworks, keras3 = config["frameworks"], matrix.keras3_frameworks(config)
-    on_gpu = config["accelerator"] == "gpu"
+    on_gpu = spec.on_gpu(config["accelerator"])       # gpu-cuda12 too
     parts_html, parts_md = [], []
 
     def section(title: str, frame: pd.DataFrame | None, text: str = "") -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kbench.contract import cell
+from kbench.contract import cell, spec
 from kbench.plan import departures, matrix
 
 # The records a table may read, by kind: the suite's or profile's cells (every repeat, in the config's order), the
@@ -54,7 +54,8 @@ class RunContext:
 
     @property
     def on_gpu(self) -> bool:
-        return self.accelerator != "cpu"
+        """The run is on a GPU (gpu and gpu-cuda12 alike: kbench.contract.spec.on_gpu, the one meaning)."""
+        return spec.on_gpu(self.accelerator)
 
     @property
     def tables_dir(self) -> Path:

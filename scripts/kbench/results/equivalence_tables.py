@@ -78,7 +78,7 @@ def equivalence_long(jobs: list[cell.CellResult], differences: list[dict] = (),
 def kept_departures(departures: list[dict], spec: JobSpec, task: str) -> list[str]:
     """The departures that change what a column computes (config departures, changes_outputs; TF32 on a GPU only),
     kept by the job's profile and applying to its column: why it may differ from the reference."""
-    where = ("everywhere",) + (("on a GPU",) if (spec.accelerator or "cpu") != "cpu" else ())
+    where = ("everywhere",) + (("on a GPU",) if spec.on_gpu else ())
     return [f"departure {d['id']} ({d['what']}, kept by the {spec.profile} profile)" for d in departures
             if d.get("changes_outputs") in where and spec.profile in d.get("kept_by", [])
             and any(matrix.applies(rule, spec.framework, spec.model, task) for rule in d.get("applies", []))]

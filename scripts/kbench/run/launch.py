@@ -287,7 +287,7 @@ def gpu_lease(spec: CellSpec | JobSpec | dict, runtime: Runtime, host: preflight
     So cells side by side (rule cell's threads share the cores among the GPUs) never share a GPU or a core, and no
     cell sees every GPU. Yields a Lease (the names the runtime takes: Runtime.gpu_name), None for a CPU cell."""
     spec = spec_of(spec)
-    if not preflight.is_gpu(spec.accelerator):
+    if not spec.on_gpu:
         yield None
         return
     host = host or preflight.Host()
@@ -384,7 +384,7 @@ def _copy_whole(source: Path, target: Path) -> None:
 
 def _preflight(spec: CellSpec | JobSpec, runtime: Runtime) -> dict | None:
     """This node's GPU, driver and runtime plumbing: on a cluster the submit host's check said nothing about them."""
-    if not preflight.is_gpu(spec.accelerator):
+    if not spec.on_gpu:
         return None
     if os.environ.get("SLURM_JOB_ID") and allocated_gpus() is None:
         # Without an allocation the container would get every GPU of the node, shared with other jobs' cells.
@@ -408,7 +408,7 @@ def _supervise(spec: CellSpec | JobSpec, runtime: Runtime, environment: dict, co
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-work-")) if runtime.workdir else None
     options = replace(options, name=name, cpuset=cpuset if pinning == CPUSET else None,
                       affinity=cpuset if pinning == CLIENT_AFFINITY else None, remove=not container, workdir=workdir)
-    argv = runtime.command(environment, staging / RESULT_NAME, options, gpu=preflight.is_gpu(spec.accelerator))
+    argv = runtime.command(environment, staging / RESULT_NAME, options, gpu=spec.on_gpu)
     if not shutil.which(argv[0]):
         raise LaunchError(f"`{argv[0]}` is not on PATH (runtime {runtime.name})")
     stop = _Stop(runtime, name if container else None)

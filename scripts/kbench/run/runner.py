@@ -24,7 +24,7 @@ from kbench.contract.spec import CellSpec, JobSpec, spec_of
 from kbench.contract import cell
 from kbench.instruments import compile_cache, numerics, timing
 from kbench.breakdown import measure
-from kbench.gpu import cuda, nvml, preflight
+from kbench.gpu import cuda, nvml
 from kbench.stacks import lockcheck
 
 
@@ -405,7 +405,7 @@ def check_device(spec: CellSpec | JobSpec | dict, backend) -> None:
     would otherwise be the CPU's under a GPU's name too."""
     spec = spec_of(spec)
     device = backend.device()
-    if preflight.is_gpu(spec.accelerator) and device["kind"] != "gpu":
+    if spec.on_gpu and device["kind"] != "gpu":
         from kbench.adapters import NoAccelerator
         asker = "job" if isinstance(spec, JobSpec) else "cell"
         raise NoAccelerator(f"the {asker} asks for a GPU ({spec.accelerator}), but {backend.name} runs on "
@@ -438,7 +438,7 @@ def check_device_identity(spec: CellSpec, framework: str, facts: dict, context: 
     MIG instance (no CUDA_VISIBLE_DEVICES) NVML names the MIG device it shows under the visible GPU (kbench.gpu.nvml);
     where it shows several, CUDA runs on one of them, and a lease among them is not checked (and says so), one outside
     them is a mismatch. None for a CPU cell; checked False, with why, where nothing to compare with is known."""
-    if not preflight.is_gpu(spec.accelerator) or facts.get("kind") != "gpu":
+    if not spec.on_gpu or facts.get("kind") != "gpu":
         return None
     nvml_facts = facts.get("nvml") or {}
     launcher = context.get("launcher") or {}

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kbench.machine import host
 from kbench.breakdown.measure import TRACE_CAP_BYTES
+from kbench.contract.spec import on_gpu
 from kbench.machine.lockpaths import lock_path
 from kbench.stacks import envs, images
 
@@ -68,7 +69,7 @@ def expected_bytes(image: str, records: Path | None = None) -> float:
     """image: "base" or "<stack>.<accelerator>". Its record's size where one exists (an earlier build), else the
     same stack's record for another GPU accelerator, else MEASURED_GB, else DEFAULT_GB of its kind."""
     stack, _, accelerator = image.partition(".")
-    kind = "cpu" if accelerator == "cpu" else "gpu"
+    kind = "gpu" if on_gpu(accelerator) else "cpu"
     if records is not None:
         same_kind = [records / f"{image}.json"] + ([] if kind == "cpu" or image == "base" else
                                                    sorted(records.glob(f"{stack}.gpu*.json")))
@@ -83,7 +84,7 @@ def expected_bytes(image: str, records: Path | None = None) -> float:
         return MEASURED_GB[image] * GB
     if image == "base":
         return MEASURED_GB["base"] * GB
-    if accelerator != "cpu" and f"{stack}.gpu" in MEASURED_GB:
+    if on_gpu(accelerator) and f"{stack}.gpu" in MEASURED_GB:
         return MEASURED_GB[f"{stack}.gpu"] * GB
     return DEFAULT_GB[kind] * GB
 
