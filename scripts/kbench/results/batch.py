@@ -14,7 +14,7 @@ the knee (the device full) a step grows faster than the line. The fit:
 - the intervals of a and c: the fit's covariance (X'WX)^-1, scaled by the reduced chi-square where the rungs scatter
   more than their intervals say, with Student's t on n - 2 degrees of freedom; three rungs at least.
 
-The claim's verdict per row and native column (kbench.report.first_page shows it): it holds where the native
+The claim's verdict per row and native column (its claim, kbench.claims, reads it for the first page): it holds where the native
 column's fixed cost a is larger than the best Keras 3 column's (the Keras 3 column fastest at the row's own batch)
 with intervals that do not overlap, and the native column's gap to that column (ms ratio) is smaller at the largest
 rung both ran than at the smallest; it does not hold where native's a is shown smaller, or where it is larger but
@@ -33,14 +33,15 @@ import pandas as pd
 from kbench.contract import cell
 from kbench.plan import matrix
 from kbench.results import flat, plots, stats, tables
+from kbench.results.verdicts import FAILS, HOLDS, NOT_MEASURED, NOT_SHOWN, on_this_run
 from kbench.results.context import Records, RunContext, Table
 
 ROW = ["model", "task", "precision"]
 MIN_RUNGS = 3
-HOLDS, FAILS, NOT_SHOWN, NOT_MEASURED = "holds", "does not hold", "not shown", "not measured"
 PLOTS = ["batch_curves.png", "batch_curves.svg"]
+VERDICTS = "batch_verdicts.csv"         # the claim's verdict per row (kbench.claims reads it)
 OUTPUTS = ["batch_study.csv", "batch_study.md", "batch_study.html", "batch_fit.csv", "batch_fit.md",
-           "batch_fit.html", "batch_verdicts.csv", "batch_cells_long.csv"]
+           "batch_fit.html", VERDICTS, "batch_cells_long.csv"]
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def verdicts(summary: pd.DataFrame, fitted: dict[tuple, dict[str, Fit | None]], 
                         if said != NOT_MEASURED else
                         f"a fit of {n} and of the best Keras 3 column ({best or 'none ran'}) over two shared rungs")
             rows.append({"model": row[0], "task": row[1], "precision": row[2], "native": n, "best Keras 3": best,
-                         "verdict": said if on_gpu or said == NOT_MEASURED else f"{said} (CPU: the pipeline's check)",
+                         "verdict": on_this_run(said, on_gpu),
                          "rests on": rests_on, "fastest column changes": fastest_changes(per_column)})
     return pd.DataFrame(rows, columns=["model", "task", "precision", "native", "best Keras 3", "verdict",
                                        "rests on", "fastest column changes"])
@@ -312,7 +313,7 @@ def build(records: Records, run: RunContext) -> None:
     fit_frame = fit_table(fitted, frameworks).set_index(ROW + ["framework"])
     readable = fit_frame[[c for c in fit_frame.columns if " " in c]]
     flat.write(fit_frame, out_dir, "batch_fit", profile, readable=readable, note=NOTE)
-    verdicts(summary, fitted, own_batch, list(run.native), list(run.keras3), run.on_gpu).to_csv(out_dir / "batch_verdicts.csv", index=False)
+    verdicts(summary, fitted, own_batch, list(run.native), list(run.keras3), run.on_gpu).to_csv(out_dir / VERDICTS, index=False)
     if plots_dir:
         plots_dir.mkdir(parents=True, exist_ok=True)
         plot(summary, fitted, frameworks, plots_dir)

@@ -17,9 +17,10 @@ import pandas as pd
 from kbench.contract import cell
 from kbench.plan import matrix
 from kbench.results.context import Records, RunContext, Table
+from kbench.results.verdicts import FAILS, HOLDS, NOT_MEASURED, NOT_SHOWN
 
-HOLDS, FAILS, NOT_SHOWN, NOT_MEASURED = "holds", "does not hold", "not shown", "not measured"
-OUTPUTS = [f"jax_numpy.{ext}" for ext in ("csv", "md", "html")] + ["jax_numpy_claim.csv"]
+CLAIM = "jax_numpy_claim.csv"           # the claim's verdict per workload (kbench.claims reads it)
+OUTPUTS = [f"jax_numpy.{ext}" for ext in ("csv", "md", "html")] + [CLAIM]
 
 
 def ratio_range(row: dict) -> tuple[float, float | None, float | None]:
@@ -155,7 +156,7 @@ def build(records: Records, run: RunContext) -> None:
     table = pd.DataFrame(rows(result))
     claims = claim_table(result, claim, workloads)
     table.to_csv(out_dir / "jax_numpy.csv", index=False)
-    claims.to_csv(out_dir / "jax_numpy_claim.csv", index=False)
+    claims.to_csv(out_dir / CLAIM, index=False)
     shown, text = readable(table), note(result.jax_numpy or {})
     failed = "" if result.status == "ok" else f"\nThe job failed: {(result.error or {}).get('message')}\n"
     (out_dir / "jax_numpy.md").write_text(

@@ -195,7 +195,7 @@ def build(records: Records, run: RunContext) -> list[Path]:
     """From the profile's cells' summary (kbench.results.tables' cells_summary.csv)."""
     out_dir, frameworks, keras3 = run.plots_dir, list(run.frameworks), list(run.keras3)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = pd.read_csv(run.tables_dir / "cells_summary.csv")
+    summary = pd.read_csv(run.tables_dir / tables.SUMMARY)
     figures = {
         "ms_per_step": bars_per_row(summary, frameworks, "estimate_ms", "ms/step (95% interval)", interval=True),
         "speedup": speedup_chart(summary, frameworks, keras3),
@@ -211,4 +211,4 @@ def build(records: Records, run: RunContext) -> list[Path]:
 
 
 TABLE = Table(rule="plots", outputs=(), plots=tuple(f"{name}.{fmt}" for name in PLOTS for fmt in FORMATS), build=build,
-              category="Plots", reads_tables=lambda run: [(None, "cells_summary.csv")], rebuilt=False)
+              category="Plots", reads_tables=lambda run: [(None, tables.SUMMARY)], rebuilt=False)

@@ -45,7 +45,8 @@ PARITY_TOLERANCE = 0.01
 # The tables build() writes, each as CSV, Markdown and HTML, and the two long tables (CSV only): the rules' outputs.
 TABLES = ("ms_per_step", "speedup", "params", "precision", "precision_speedup", "throughput", "memory", "energy",
           "equivalence")
-OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + ["cells_summary.csv", "cells_long.csv",
+SUMMARY, MS_PER_STEP = "cells_summary.csv", "ms_per_step.csv"     # the summary every reader starts from; ms/step's flags
+OUTPUTS = [f"{name}.{fmt}" for name in TABLES for fmt in FORMATS] + [SUMMARY, "cells_long.csv",
                                                                       "equivalence_long.csv"]
 UNREPRODUCED = "anchor settings not reproduced"
 BEST = "best Keras 3 (lowest of the row)"
@@ -504,7 +505,7 @@ def build(records: Records, run: RunContext) -> None:
     long = long_table(list(records.cells))
     write_long(long, out_dir / "cells_long.csv")
     summary = summary_table(long)
-    summary.to_csv(out_dir / "cells_summary.csv", index=False)
+    summary.to_csv(out_dir / SUMMARY, index=False)
     checked = equivalence_tables.equivalence_long(list(records.equivalence), list(run.differences),
                                                   list(run.departures))
     flags = equivalence_tables.equivalence_flags(checked)

@@ -23,15 +23,16 @@ import pandas as pd
 
 from kbench.plan import matrix
 from kbench.results import flat, plots, stats, tables
+from kbench.results.verdicts import FAILS, HOLDS, NOT_MEASURED, NOT_SHOWN, on_this_run
 from kbench.results.context import Records, RunContext, Table
 
 KEYS = flat.ROW_KEYS + ["framework"]
-HOLDS, FAILS, NOT_SHOWN, NOT_MEASURED = "holds", "does not hold", "not shown", "not measured"
 NOT_TUNING = "outputs not shown equivalent: not tuning"
 # A column no tuning setting applies to runs its strict cells again: its "gain" is the run-to-run variation of the
 # measurement, the null control the other columns' gains are read against.
 NO_SETTING = "none: strict re-run (the gain is run-to-run variation)"
-OUTPUTS = ["tuning_gain.csv", "tuning_gain.md", "tuning_gain.html", "tuning_columns.csv", "tuning_verdicts.csv"]
+VERDICTS = "tuning_verdicts.csv"        # the finding's verdict per row (kbench.claims reads it)
+OUTPUTS = ["tuning_gain.csv", "tuning_gain.md", "tuning_gain.html", "tuning_columns.csv", VERDICTS]
 PLOTS = ["tuning_gain.png", "tuning_gain.svg"]
 
 
@@ -124,7 +125,7 @@ def verdicts(strict: pd.DataFrame, tuned: pd.DataFrame, keras3: list[str], nativ
                     f"{native_gain[0]:.2f}x, {best_keras} {keras_gain[0]:.2f}x")
         rows.append({**dict(zip(flat.ROW_KEYS, row)), "best Keras 3 (strict)": best_keras,
                      "best native (tuned)": best_native,
-                     "verdict": said if on_gpu or said == NOT_MEASURED else f"{said} (CPU: the pipeline's check)",
+                     "verdict": on_this_run(said, on_gpu),
                      "rests on": rests_on})
     return pd.DataFrame(rows, columns=flat.ROW_KEYS + ["best Keras 3 (strict)", "best native (tuned)", "verdict",
                                                          "rests on"])
@@ -180,12 +181,12 @@ def build(records: Records, run: RunContext) -> None:
                                                  run.tables_dir, run.plots_dir)
     frameworks, applied = list(run.frameworks), run.tuning_applied
     out_dir.mkdir(parents=True, exist_ok=True)
-    strict = pd.read_csv(strict_dir / "cells_summary.csv")
-    tuned = pd.read_csv(tuned_dir / "cells_summary.csv")
-    gains = gain_table(strict, tuned, equivalence_flags(tuned_dir / "ms_per_step.csv"), applied)
+    strict = pd.read_csv(strict_dir / tables.SUMMARY)
+    tuned = pd.read_csv(tuned_dir / tables.SUMMARY)
+    gains = gain_table(strict, tuned, equivalence_flags(tuned_dir / tables.MS_PER_STEP), applied)
     flat.write(gains.set_index(KEYS), out_dir, "tuning_gain", "tuned against strict", note=NOTE)
     column_table(gains, frameworks).to_csv(out_dir / "tuning_columns.csv", index=False)
-    verdicts(strict, tuned, list(run.keras3), list(run.native), run.on_gpu).to_csv(out_dir / "tuning_verdicts.csv", index=False)
+    verdicts(strict, tuned, list(run.keras3), list(run.native), run.on_gpu).to_csv(out_dir / VERDICTS, index=False)
     if plots_dir:
         plots_dir.mkdir(parents=True, exist_ok=True)
         plot(gains, frameworks, plots_dir)
@@ -197,7 +198,7 @@ def _planned(config: dict, suite: str) -> list[str | None]:
 
 def _reads(run: RunContext) -> list[tuple[str, str]]:
     return [(profile, name) for profile in ("strict", run.tuned_profile)
-            for name in ("cells_summary.csv", "ms_per_step.csv")]
+            for name in (tables.SUMMARY, tables.MS_PER_STEP)]
 
 
 TABLE = Table(rule="tuning_gain", outputs=tuple(OUTPUTS), plots=tuple(PLOTS), build=build, category="Tuning",
