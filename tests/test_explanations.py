@@ -1,13 +1,15 @@
-"""The benchmark's explanations as verdicts (kbench.report.explanations), each rule on constructed breakdowns on
+"""The benchmark's explanations as verdicts (kbench.claims.explanations), each rule on constructed breakdowns on
 both sides of each condition it decides, its edges included: holds where the intervals separate in the claim's
 favour, does not hold only where they separate against it, not measured where they overlap, each with the figures
 that decided printed to the precision that tells them apart."""
 import pandas as pd
 import pytest
 
-from conftest import CONFIG
+from conftest import CONFIG, run_context
 from kbench.breakdown import kinds
-from kbench.report import explanations
+from kbench.claims import explanations, registry
+from kbench.claims.evidence import Evidence
+from kbench.results import breakdown_tables, tables
 from test_first_page import summary_of
 
 KERAS3 = ["keras3-tensorflow", "keras3-jax", "keras3-torch"]
@@ -35,9 +37,15 @@ def long_of(cells: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+def evidence(long, summary, on_gpu=True) -> Evidence:
+    """What an explanation reads: the breakdowns' long table and the cells' summary, on a GPU run unless not."""
+    run = run_context(".", "strict", accelerator="gpu" if on_gpu else "cpu", keras3=tuple(KERAS3),
+                      native=tuple(NATIVE), published={"rows": PUBLISHED})
+    return Evidence.given(run, {breakdown_tables.LONG: long, tables.SUMMARY: summary})
+
+
 def verdict(kind, long, summary, rule=None):
-    data = explanations.Evidence(long, summary, KERAS3, NATIVE, PUBLISHED)
-    return explanations.RULES[kind](rule or RULES[kind], data)
+    return getattr(explanations, kind)(rule or RULES[kind], evidence(long, summary))
 
 
 # ---------------------------------------------------------------- Keras 2's fused operations (finding 4)
@@ -362,10 +370,10 @@ def test_figures_print_to_the_precision_that_tells_them_apart():
 
 
 def test_on_a_cpu_each_verdict_says_what_its_cpu_breakdowns_read():
-    data = explanations.Evidence(*fused_case(20.0, 10.0, 0.3), KERAS3, NATIVE, PUBLISHED)
-    table = explanations.verdicts([RULES["library_fused_ops"]], data, on_gpu=False)
+    decide = registry.KINDS["library_fused_ops"].decide
+    table = decide(RULES["library_fused_ops"], evidence(*fused_case(20.0, 10.0, 0.3), on_gpu=False))
     assert table.verdict.iloc[0] == "not measured here (no GPU in this run; its CPU breakdowns read: holds)"
-    table = explanations.verdicts([RULES["library_fused_ops"]], data, on_gpu=True)
+    table = decide(RULES["library_fused_ops"], evidence(*fused_case(20.0, 10.0, 0.3), on_gpu=True))
     assert table.verdict.iloc[0] == "holds"
 
 

@@ -1,17 +1,22 @@
-"""The report's first page (kbench.report.first_page): the findings' rules read the published page's own numbers as the
-page reads them, fail where a row contradicts them, never turn a CPU run into a GPU conclusion, the published
-table shows which float32 numbers cannot have been FP32, and a run of strict and tuned plans and reads the batch
-verdicts of the profiles with a ladder only."""
+"""The report's first page (kbench.report.first_page) and the findings it re-tests (kbench.claims.findings): the
+findings' rules read the published page's own numbers as the page reads them, fail where a row contradicts them,
+never turn a CPU run into a GPU conclusion (and every GPU accelerator's run reads as a GPU's), the published table
+shows which float32 numbers cannot have been FP32, a run of strict and tuned plans and reads the batch verdicts of
+the profiles with a ladder only, and a claim of a kind the registry holds stands on the page with no other edit."""
 import json
 
 import pandas as pd
 import pytest
 
-from conftest import CONFIG, REPO
+from conftest import CONFIG, REPO, run_context
 from dag import plan
+from kbench.claims import registry
+from kbench.claims.evidence import Evidence
 from kbench.plan import matrix
 from kbench.report import first_page
-from kbench.results import breakdown_tables
+from kbench.results import breakdown_tables, first_step_tables, tables
+from kbench.results.context import published_flops
+from kbench.results.verdicts import HOLDS, Verdict
 
 KERAS3 = matrix.keras3_frameworks(CONFIG)
 FINDINGS = {f["kind"] + f.get("against", ""): f for f in CONFIG["published"]["findings"]}
@@ -32,9 +37,17 @@ def summary_of(rows: list[dict], spread: float = 1e-6) -> pd.DataFrame:
     return pd.DataFrame(cells)
 
 
+def finding_verdicts(findings: list[dict], summary: pd.DataFrame, claims=(), on_gpu=True) -> pd.DataFrame:
+    """The findings' section of a run whose cells' summary is `summary` (precision_study.claims: `claims`)."""
+    run = run_context(".", "strict", accelerator="gpu" if on_gpu else "cpu", keras3=tuple(KERAS3),
+                      precision_claims=tuple(claims))
+    (title, lines, _), = registry.on_page(tuple(findings), Evidence.given(run, {tables.SUMMARY: summary}))
+    assert title == "The published findings, re-tested on this run (profile strict)"
+    return lines
+
+
 def verdicts(summary: pd.DataFrame, on_gpu=True) -> dict[str, str]:
-    table = first_page.finding_verdicts(CONFIG["published"]["findings"], summary, KERAS3,
-                                        CONFIG["precision_study"]["claims"], "float32", on_gpu)
+    table = finding_verdicts(CONFIG["published"]["findings"], summary, CONFIG["precision_study"]["claims"], on_gpu)
     return dict(zip([f["kind"] + f.get("against", "") for f in CONFIG["published"]["findings"]], table.verdict))
 
 
@@ -42,8 +55,8 @@ def test_the_rules_read_the_published_numbers_as_the_page_does():
     found = verdicts(summary_of(CONFIG["published"]["rows"]))
     assert found == {"no_single_fastest_keras3": "holds", "keras3_beatsnative-torch-compiled": "holds",
                      "keras3_beatskeras2": "holds", "precision_claims": "not measured here"}
-    rests_on = first_page.finding_verdicts([FINDINGS["keras3_beatsnative-torch-compiled"]],
-                                           summary_of(CONFIG["published"]["rows"]), KERAS3, [], "float32", True)
+    rests_on = finding_verdicts([FINDINGS["keras3_beatsnative-torch-compiled"]],
+                                summary_of(CONFIG["published"]["rows"]))
     assert rests_on["rests on"].item().startswith("5 of 10 rows: sam fit bs1 float32: keras3-tensorflow +244%")
 
 
@@ -66,14 +79,13 @@ def test_the_fp16_claims_read_every_framework():
     rows = [{"model": "resnet50", "task": "fit", "batch_size": 128, "precision": p, "ms": ms}
             for p, ms in (("float32", {"keras3-jax": 300.0, "native-torch-eager": 300.0}),
                           ("mixed_float16", {"keras3-jax": 150.0, "native-torch-eager": 250.0}))]
-    table = first_page.finding_verdicts([FINDINGS["precision_claims"]], summary_of(rows), KERAS3,
-                                        CONFIG["precision_study"]["claims"], "float32", True)
+    table = finding_verdicts([FINDINGS["precision_claims"]], summary_of(rows), CONFIG["precision_study"]["claims"])
     assert table.verdict.item() == "does not hold"             # torch 1.2x against the claimed 1.5x
     assert "native-torch-eager: 1.20x (claimed 1.5x)" in table["rests on"].item()
 
 
 def test_the_published_table_names_the_float32_numbers_above_the_fp32_peak():
-    table = first_page.published_table(CONFIG, "paper", None).set_index("row")
+    table = first_page.published_table(CONFIG["published"], published_flops(CONFIG), None).set_index("row")
     assert table.at["bert fit bs32 float32", "TFLOP/step"] == pytest.approx(9.28, abs=0.01)
     assert table.at["bert fit bs32 float32", "reading"] == (
         "above the FP32 peak (19.5 TFLOP/s): not FP32 in native-torch-compiled, keras3-tensorflow, keras3-jax")
@@ -114,10 +126,10 @@ def test_keras3_beats_a_column_only_where_their_intervals_separate():
     rows = [{"model": "bert", "task": task, "batch_size": 32, "precision": "float32",
              "ms": {"keras3-jax": 100.0, "keras3-tensorflow": 110.0, "keras2": 130.0}} for task in ("fit", "predict")]
     finding = FINDINGS["keras3_beatskeras2"]
-    table = first_page.finding_verdicts([finding], summary_of(rows, spread=0.2), KERAS3, [], "float32", True)
+    table = finding_verdicts([finding], summary_of(rows, spread=0.2))
     assert table.verdict.item() == "does not hold"
     assert table["rests on"].item().startswith("0 of 2 rows: bert fit bs32 float32: keras3-jax +30% (not beyond)")
-    table = first_page.finding_verdicts([finding], summary_of(rows, spread=0.01), KERAS3, [], "float32", True)
+    table = finding_verdicts([finding], summary_of(rows, spread=0.01))
     assert table.verdict.item() == "holds" and table["rests on"].item().startswith("2 of 2 rows")
 
 
@@ -128,8 +140,7 @@ def test_no_single_fastest_keras3_backend_reads_the_keras3_columns_only():
              "ms": {"native-torch-compiled": 50.0, "keras3-jax": 100.0, "keras3-tensorflow": 150.0}},
             {"model": "bert", "task": "predict", "batch_size": 256, "precision": "float32",
              "ms": {"native-torch-compiled": 50.0, "keras3-jax": 150.0, "keras3-tensorflow": 100.0}}]
-    table = first_page.finding_verdicts([FINDINGS["no_single_fastest_keras3"]], summary_of(rows), KERAS3, [],
-                                        "float32", True)
+    table = finding_verdicts([FINDINGS["no_single_fastest_keras3"]], summary_of(rows))
     assert table.verdict.item() == "holds"
     assert table["rests on"].item() == ("bert fit bs32 float32: keras3-jax; "
                                         "bert predict bs256 float32: keras3-tensorflow")
@@ -168,11 +179,92 @@ def test_the_first_page_of_strict_and_tuned_reads_the_batch_verdicts_of_the_ladd
         summary.pivot(index=["model", "task", "batch_size", "precision"], columns="framework",
                       values="estimate_ms").to_csv(tmp_path / profile / "ms_per_step.csv")
         breakdown_tables.breakdown_long([]).to_csv(tmp_path / profile / breakdown_tables.LONG, index=False)
+        first_step_tables.first_step_long([], [], 0.1, {}).to_csv(tmp_path / profile / first_step_tables.LONG,
+                                                                  index=False)
     pd.DataFrame([{"model": "bert", "task": "fit", "verdict": "strict's batch verdict"}]).to_csv(
         tmp_path / "strict" / "batch_verdicts.csv", index=False)
     pd.DataFrame([{"model": "bert", "task": "fit", "verdict": "the tuning verdict"}]).to_csv(
         tmp_path / "tuning_verdicts.csv", index=False)
-    _, page = first_page.build(STRICT_AND_TUNED, "tiny", tmp_path, tmp_path / "history")
+    pd.DataFrame([{"workload": "matmul", "verdict": "the JAX verdict"}]).to_csv(tmp_path / "jax_numpy_claim.csv",
+                                                                                 index=False)
+    _, page = first_page.build(first_page.Page.of(STRICT_AND_TUNED, "tiny", tmp_path, tmp_path / "history"))
     assert "### The batch study's rows: a step's fixed cost against its cost per example (profile strict)" in page
     assert "strict's batch verdict" in page and "the tuning verdict" in page and "this row's fit reads" in page
     assert "### Headline, profile tuned" in page and page.count("### The batch study") == 1
+    assert "The finding: Keras 3 gives the best out-of-the-box performance" in page      # its words: the config's
+    assert page.index("### Out of the box against tuned") < page.index("### JAX against NumPy") < page.index(
+        "### The published A100 table") and "the JAX verdict" in page
+
+
+# one profile, three columns, no study beside the cells: the page reads the cells' tables, the breakdowns and the
+# first step's table
+ONE_PROFILE = {**CONFIG, "suite": "tiny", "profiles": ["strict"], "frameworks": ["native-torch-eager", "keras2",
+                                                                                  "keras3-jax"],
+               "batch_study": {**CONFIG["batch_study"], "enabled": False},
+               "jax_numpy": {**CONFIG["jax_numpy"], "enabled": False}}
+
+
+def one_profiles_tables(tables_root) -> None:
+    """strict's tables of one row where keras3-jax beats keras2 beyond the intervals (a finding that decides)."""
+    row = {"model": "bert", "task": "fit", "batch_size": 32, "precision": "float32",
+           "ms": {"native-torch-eager": 30.0, "keras2": 20.0, "keras3-jax": 10.0}}
+    strict = tables_root / "strict"
+    strict.mkdir(parents=True)
+    summary = summary_of([row])
+    summary.to_csv(strict / tables.SUMMARY, index=False)
+    summary.pivot(index=["model", "task", "batch_size", "precision"], columns="framework",
+                  values="estimate_ms").to_csv(strict / tables.MS_PER_STEP)
+    breakdown_tables.breakdown_long([]).to_csv(strict / breakdown_tables.LONG, index=False)
+    first_step_tables.first_step_long([], [], 0.1, {}).to_csv(strict / first_step_tables.LONG, index=False)
+
+
+def page_of(config, tables_root) -> str:
+    return first_page.build(first_page.Page.of(config, "tiny", tables_root, tables_root / "history"))[1]
+
+
+@pytest.mark.parametrize("accelerator, on_gpu", [("gpu", True), ("gpu-cuda12", True), ("cpu", False)])
+def test_the_first_page_of_every_gpu_accelerator_reads_as_a_gpus_run(tmp_path, accelerator, on_gpu):
+    """gpu-cuda12 (the CUDA 12 locks, for R535-R570 drivers) is a GPU as gpu is: its page states its verdicts; a
+    CPU run's page says it is one and reads "not measured here" with what its CPU rows read."""
+    one_profiles_tables(tmp_path)
+    page = page_of({**ONE_PROFILE, "accelerator": accelerator}, tmp_path)
+    beats_keras2 = next(line for line in page.splitlines() if "Keras 3 beats Keras 2" in line)
+    assert ("This run is on a CPU" in page) is not on_gpu
+    if on_gpu:
+        assert "| holds " in beats_keras2 and "no GPU in this run" not in page
+    else:
+        assert "not measured here (no GPU in this run; its CPU rows read: holds)" in beats_keras2
+
+
+def toy(claim: dict, evidence: Evidence) -> Verdict:
+    """A claim kind of the test's own: it counts the cells it reads."""
+    return Verdict(HOLDS, f"{len(evidence.table(tables.SUMMARY))} cells read, {claim['threshold']} asked")
+
+
+def test_a_claim_of_a_new_kind_stands_on_the_first_page_with_no_other_edit(tmp_path, monkeypatch):
+    """Its rule and its registry entry, and its quote in the config: the page shows it in its kind's section, with
+    its verdict and what it rests on."""
+    monkeypatch.setitem(registry.KINDS, "toy", registry.Kind("toy", registry.stated(toy, "rows"), (tables.SUMMARY,),
+                                                             registry.FINDINGS))
+    one_profiles_tables(tmp_path)
+    findings = [*CONFIG["published"]["findings"], {"kind": "toy", "threshold": 3, "quote": "a toy claim holds"}]
+    page = page_of({**ONE_PROFILE, "accelerator": "gpu", "published": {**CONFIG["published"], "findings": findings}},
+                   tmp_path)
+    line = next(line for line in page.splitlines() if "a toy claim holds" in line)
+    assert "| holds " in line and "3 cells read, 3 asked" in line
+    section = page[page.index("### The published findings"):page.index("### The benchmark's explanations")]
+    assert line in section
+
+
+def test_a_claim_stands_only_where_the_run_makes_every_table_it_reads(tmp_path, monkeypatch):
+    """A kind that reads the batch study's verdicts: absent from a run without the study (not "not measured"), on the
+    page of one with it."""
+    from kbench.results import batch
+    monkeypatch.setitem(registry.KINDS, "toy", registry.Kind("toy", registry.stated(toy, "rows"),
+                                                             (tables.SUMMARY, batch.VERDICTS), registry.FINDINGS))
+    one_profiles_tables(tmp_path)
+    findings = [{"kind": "toy", "threshold": 1, "quote": "a toy claim of the ladder"}]
+    config = {**ONE_PROFILE, "accelerator": "gpu", "published": {**CONFIG["published"], "findings": findings}}
+    assert "a toy claim of the ladder" not in page_of(config, tmp_path)
+    run = run_context(tmp_path, "strict", accelerator="gpu")
+    assert registry.on_page(tuple(findings), Evidence(run, frozenset({tables.SUMMARY, batch.VERDICTS})))

@@ -10,7 +10,8 @@ import pytest
 
 from kbench.contract import cell
 from kbench.instruments import compile_cache, timing
-from kbench.report import explanations
+from kbench.claims import studies
+from kbench.claims.evidence import Evidence
 from kbench.results import first_step_tables
 from kbench.results.context import Records
 from conftest import run_context
@@ -377,13 +378,17 @@ def test_the_compile_cost_verdict_holds_within_the_steps_and_fails_beyond():
     warm = record("compiled", "warm", 3000.0, 60.0, [60.0] * 5, hits=2)
     claim = {"steps": 100, "quote": "q"}
     long = first_step_tables.first_step_long([eager, compiled], [warm], 0.1, {"compiled": "eager"})
-    verdict, rests_on = explanations.pays_back_within(claim, long)
+
+    def pays_back_within(claim, long):
+        evidence = Evidence.given(run_context(".", "strict"), {first_step_tables.LONG: long})
+        return studies.pays_back_within(claim, evidence)
+    verdict, rests_on = pays_back_within(claim, long)
     assert verdict == "does not hold" and "pays back after 745 steps" in rests_on and "after 70 steps" in rests_on
-    verdict, _ = explanations.pays_back_within(claim, long[long.state == "warm"])
+    verdict, _ = pays_back_within(claim, long[long.state == "warm"])
     assert verdict == "holds"
-    verdict, _ = explanations.pays_back_within({**claim, "steps": 745}, long)
+    verdict, _ = pays_back_within({**claim, "steps": 745}, long)
     assert verdict == "holds"                                   # exactly at the limit pays back within it
-    verdict, why = explanations.pays_back_within(claim, first_step_tables.first_step_long([eager], [], 0.1, {}))
+    verdict, why = pays_back_within(claim, first_step_tables.first_step_long([eager], [], 0.1, {}))
     assert verdict == "not measured here" and "eager_twin" in why
 
 

@@ -13,12 +13,13 @@ one way, and a wing imports only the wings below it (kbench.layout checks it: `p
     adapters/    one framework family each: build a model, run one step
     run/         the launcher, the cell process, recovery
     equivalence/ same weights, same function
-    results/     statistics, FLOPs, tables, plots
+    results/     statistics, FLOPs, tables, plots; the words every verdict takes
+    claims/      the published claims: one registry of their kinds, each decided on the run's tables
     lifecycle/   archive, compare, history, bisect
     studies/     beside the matrix: JAX against NumPy, the parameter census
     harness/     the harness's own checks: its overhead, image builds, the breakdown's and a warm cache's effect
     gpucheck/    the GPU check: its cells and acceptance steps, the GPU stacks checked on a CPU
-    report/      the report's first page
+    report/      the report's first page: the run, then its claims
 
 A cell process imports ground, models, adapters and run only, and no framework until its adapter builds the model.
 """

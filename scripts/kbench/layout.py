@@ -20,9 +20,9 @@ from kbench.imports import PACKAGE
 
 ROOT = Path(__file__).resolve().parent
 LAYOUT_DOC = ROOT.parents[1] / "docs" / "layout.md"
-# Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> history.
+# Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> claims -> report.
 WINGS = ("ground", "breakdown", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results",
-         "lifecycle", "studies", "harness", "gpucheck", "report")
+         "claims", "lifecycle", "studies", "harness", "gpucheck", "report")
 # The ground floor's shelves: subpackages that are ground, grouped by what they hold (the cell's contract, the
 # measuring instruments, the machine), beside its loose modules (files, imports, layout).
 SHELVES = ("contract", "instruments", "machine")

@@ -1,5 +1,4 @@
-"""report: the report's first page (first_page): the answer of a run, from its tables, its history and its studies;
-the published findings re-tested on it (verdicts), and the why of each row from its breakdown by kind of work
-(explanations).
+"""report: the report's first page (first_page): the answer of a run, a loop over its context (each profile's
+headline and changes, from its tables and its history) and its claims (kbench.claims), then the published table.
 
 May import: every wing."""

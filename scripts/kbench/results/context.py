@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kbench.contract import cell, spec
-from kbench.plan import departures, matrix
+from kbench.plan import claims, departures, matrix
+from kbench.results import flops
 
 # The records a table may read, by kind: the suite's or profile's cells (every repeat, in the config's order), the
 # batch study's rungs, the warm twins, the equivalence jobs, the stacks' environment records, the JAX-against-NumPy job.
 RECORD_KINDS = ("cells", "ladder", "warm", "equivalence", "environments", "jax_numpy")
+# What a run reads of config published: the published table (its claims are kbench.plan.claims')
+PUBLISHED = ("source", "device", "rows")
 
 
 def folder(root: str | Path, profile: str | None) -> Path:
@@ -51,6 +54,7 @@ class RunContext:
     tuned_profile: str | None = None
     tuning_applied: dict = field(default_factory=dict)
     jax_numpy: dict | None = None           # {claim, workloads} where the study runs for the suite
+    published: dict = field(default_factory=dict)   # config published: source, device, rows (the published table)
 
     @property
     def on_gpu(self) -> bool:
@@ -75,14 +79,14 @@ class RunContext:
         jax_numpy = None
         if matrix.jax_numpy_planned(config, suite):
             settings = config["jax_numpy"]
-            jax_numpy = {"claim": settings["claim"],
+            jax_numpy = {"claim": claims.at(config, "jax_numpy.claim"),
                          "workloads": {w: settings["workloads"][w] for w in settings["suites"][suite]["sizes"]}}
         return cls(
             suite=suite, profile=profile, tables_root=Path(tables_root),
             plots_root=None if plots_root is None else Path(plots_root), accelerator=config["accelerator"],
             frameworks=tuple(config["frameworks"]), keras3=tuple(matrix.keras3_frameworks(config)),
             native=tuple(matrix.native_torch_frameworks(config)),
-            precision_baseline=study.get("baseline", "float32"), precision_claims=tuple(study.get("claims", ())),
+            precision_baseline=study.get("baseline", "float32"), precision_claims=claims.speedups(config),
             unreproduced=tuple(departures.unreproduced(config, profile)) if profile else (),
             differences=tuple((config.get("equivalence") or {}).get("differences", ())),
             departures=tuple(config.get("departures", ())), profile_defs=dict(config.get("profile_defs", {})),
@@ -90,7 +94,8 @@ class RunContext:
             ladder_frameworks=tuple(matrix.ladder_frameworks(config, suite)) if batch_study else (),
             own_batch=tuple((*row, b) for row, b in matrix.ladder_rows(config, suite).items()) if batch_study else (),
             batch_tolerance=batch_study.get("tolerance", 0.10), tuned_profile=matrix.tuned_profile(config),
-            tuning_applied=matrix.tuning_ids(config) if matrix.tuned_profile(config) else {}, jax_numpy=jax_numpy)
+            tuning_applied=matrix.tuning_ids(config) if matrix.tuned_profile(config) else {}, jax_numpy=jax_numpy,
+            published={k: v for k, v in (config.get("published") or {}).items() if k in PUBLISHED})
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -109,6 +114,18 @@ class RunContext:
             if isinstance(value, list):
                 data[name] = tuple(tuple(v) if name == "own_batch" else v for v in value)
         return cls(**data)
+
+
+def published_flops(config: dict) -> tuple[dict[str, int | None], ...]:
+    """Each published row's model FLOPs per step at the paper size, per column the row has a number for (the anchor
+    profile's cell: kbench.results.flops; None where no count is known): what its numbers imply (the first page)."""
+    found = []
+    for entry in (config.get("published") or {}).get("rows", ()):
+        shape = (entry["model"], entry["task"], entry["batch_size"], entry["precision"])
+        found.append({framework: flops.per_step(matrix.spec(config, "paper", *shape, framework, "anchor"))
+                      if flops.known(entry["model"], entry["task"]) else None
+                      for framework, ms in entry["ms"].items() if ms})
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,18 @@ from kbench.results.context import RECORD_KINDS, Records, RunContext, Table, fol
 TABLES: tuple[Table, ...] = (tables.TABLE, plots.TABLE, breakdown_tables.TABLE, first_step_tables.TABLE, batch.TABLE,
                              tuning.TABLE, departures_page.TABLE, facts.TABLE, jax_numpy_tables.TABLE)
 BY_RULE = {table.rule: table for table in TABLES}
+OUTPUTS = frozenset(name for table in TABLES for name in table.outputs)     # every file a table writes, by name
 
 
 def planned(config: dict, suite: str) -> list[tuple[Table, str | None]]:
     """Every (table, profile) the suite's run makes; a profile of None: the table is the suite's."""
     return [(table, profile) for table in TABLES for profile in table.profiles(config, suite)]
+
+
+def made(config: dict, suite: str, profile: str | None) -> frozenset[str]:
+    """The names of the files the suite's run makes for a profile (None: the suite's own tables)."""
+    return frozenset(name for table, planned_for in planned(config, suite) if planned_for == profile
+                     for name in table.outputs)
 
 
 def files(config: dict, suite: str, tables_root: str | Path, plots_root: str | Path,

@@ -1,5 +1,5 @@
 """The published benchmark's own explanations of its findings, as verdicts on this run's breakdowns by kind of work
-(kbench.breakdown, time_by_kind_long.csv) and its ms/step (cells_summary.csv). Each rule tests the sentence as its
+(kbench.breakdown: kbench.results.breakdown_tables' time_by_kind_long.csv) and its ms/step (cells_summary.csv). Each rule tests the sentence as its
 source states it (config published.explanations: its quote), and decides only what the data can:
 
 - Every figure carries a 95% interval: a cell's timed ms/step its estimate's (kbench.results.stats), a kind's time
@@ -32,8 +32,6 @@ The rules (one per kind of explanation):
   because Python's overhead grows": on the batch study's ladder (and every row with two or more batches), eager
   native PyTorch's (`column`) waiting share, the host outside any op, is larger at the smallest batch than at the
   largest, and larger than the best Keras 3 column's at that batch.
-
-And the compile's cost side of "out of the box" (config first_step.claim, on first_step_long.csv): pays_back_within.
 """
 from __future__ import annotations
 
@@ -41,10 +39,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kbench.report.verdicts import FAILS, HOLDS, NOT_MEASURED, left_out, table
-from kbench.results import flat, stats, tables
+from kbench.claims.evidence import Evidence
+from kbench.results import breakdown_tables, flat, stats, tables
+from kbench.results.verdicts import CANNOT_OBSERVE, FAILS, HOLDS, NOT_MEASURED_HERE, Verdict, left_out
 
-CANNOT_OBSERVE = "cannot be observed here"
+READS = (breakdown_tables.LONG, tables.SUMMARY)
 MATH = ("matmul_conv",)
 
 
@@ -67,16 +66,6 @@ class Figure:
     def times(self, factor: float) -> "Figure":
         return Figure(self.value * factor, *((self.low * factor, self.high * factor) if self.bounded
                                             else (None, None)))
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the rules read: the breakdowns' long table, the cells' summary, the columns, the published rows."""
-    long: pd.DataFrame
-    summary: pd.DataFrame
-    keras3: list
-    native: list
-    published: list
 
 
 def decided(a: float, b: float, unit: str = "", percent: bool = False) -> tuple[str, str]:
@@ -175,13 +164,13 @@ def _column_figure(lines: pd.DataFrame, names: tuple[str, str, str]) -> Figure |
     return Figure(*(float(v) if v is not None and pd.notna(v) else None for v in values))
 
 
-def library_fused_ops(rule: dict, data: Evidence) -> tuple[str, str]:
+def library_fused_ops(rule: dict, evidence: Evidence) -> Verdict:
     """Keras 2's time in the fused ops its layers chose against Keras 3's time on the same work (its time in the
     kinds of work those ops hold, however it runs them), both in timed ms: Keras 2's extra must be at least
     `share_of_gap` of the timed gap. A row whose Keras 2 record names no such kinds (one from before the field) and
     has time in those ops is undecided; one with no time in them has no extra."""
     old, new, share = rule.get("keras2", "keras2"), rule.get("keras3", "keras3-tensorflow"), rule["share_of_gap"]
-    cells, timed = _breakdowns(data.long), _timed(data.summary)
+    cells, timed = _breakdowns(evidence.table(breakdown_tables.LONG)), _timed(evidence.table(tables.SUMMARY))
     outcomes, rests_on = [], []
     for key, columns in cells.items():
         measured = timed.get(key, {})
@@ -221,15 +210,15 @@ def library_fused_ops(rule: dict, data: Evidence) -> tuple[str, str]:
                         f"{_text(same)}: {old}'s extra {_text(extra)} ({outcome} {share:.0%} of the gap"
                         + (f"; {problem}" if problem else "") + ")")
     if outcomes and all(o == "xla" for o in outcomes):
-        return CANNOT_OBSERVE, f"XLA compiles both: {'; '.join(rests_on)}"
+        return Verdict(CANNOT_OBSERVE, f"XLA compiles both: {'; '.join(rests_on)}")
     if "supports" in outcomes:
-        return HOLDS, "; ".join(rests_on)
+        return Verdict(HOLDS, "; ".join(rests_on))
     decided_rows = [o for o in outcomes if o != "xla"]
     if decided_rows and all(o == "against" for o in decided_rows):
-        return FAILS, "; ".join(rests_on)
-    return NOT_MEASURED, ("no row where both columns have a breakdown and Keras 3 is faster beyond the intervals"
-                          if not decided_rows else "no row decides it") + (
-        ": " + "; ".join(rests_on) if rests_on else "")
+        return Verdict(FAILS, "; ".join(rests_on))
+    why = ("no row where both columns have a breakdown and Keras 3 is faster beyond the intervals" if not decided_rows
+           else "no row decides it")
+    return Verdict(NOT_MEASURED_HERE, why + (": " + "; ".join(rests_on) if rests_on else ""))
 
 
 def _published_keys(published: list, without: list[dict]) -> set[tuple]:
@@ -239,20 +228,20 @@ def _published_keys(published: list, without: list[dict]) -> set[tuple]:
             if not left_out(row, without)}
 
 
-def little_manual_optimisation(rule: dict, data: Evidence) -> tuple[str, str]:
+def little_manual_optimisation(rule: dict, evidence: Evidence) -> Verdict:
     """Each SAM row's native / best Keras 3 ratio larger than more than half of the other published rows' (less
     those `without` leaves out), intervals apart; and at least `share_of_gap` of its timed gap outside matrix
     products. The ratio is timed and always counts; the glue part is profiled and decides nothing where either
     column's breakdown ran past `max_profiler_overhead`."""
     model, share = rule["model"], rule["share_of_gap"]
-    cells, timed = _breakdowns(data.long), _timed(data.summary)
-    rows = _published_keys(data.published, rule.get("without", []))
+    cells, timed = _breakdowns(evidence.table(breakdown_tables.LONG)), _timed(evidence.table(tables.SUMMARY))
+    rows = _published_keys(evidence.run.published.get("rows", ()), rule.get("without", []))
     ratios = {}
     for key, measured in timed.items():
         if (key[0], key[1], int(key[2]), key[3]) not in rows:
             continue
-        natives = [f for f in data.native if f in measured]
-        kerases = [f for f in data.keras3 if f in measured]
+        natives = [f for f in evidence.run.native if f in measured]
+        kerases = [f for f in evidence.run.keras3 if f in measured]
         if natives and kerases:
             best_native = min(natives, key=lambda f: measured[f].ms)
             best_keras = min(kerases, key=lambda f: measured[f].ms)
@@ -263,7 +252,8 @@ def little_manual_optimisation(rule: dict, data: Evidence) -> tuple[str, str]:
     own = {k: v for k, v in ratios.items() if k[0] == model}
     others = {k: v for k, v in ratios.items() if k[0] != model}
     if not own or not others:
-        return NOT_MEASURED, f"needs {model} rows and other published rows with a native and a Keras 3 column"
+        return Verdict(NOT_MEASURED_HERE, f"needs {model} rows and other published rows with a native and a Keras 3 "
+                                          "column")
     outcomes, rests_on = [], []
     for key, (ratio, best_native, best_keras) in own.items():
         beats = sum(1 for o, _, _ in others.values() if ratio.bounded and o.bounded and ratio.low > o.high)
@@ -289,13 +279,13 @@ def little_manual_optimisation(rule: dict, data: Evidence) -> tuple[str, str]:
                         + (f"undecided: the breakdown's {problem}" if problem else f"{outside} {share:.0%} of it")
                         + ")")
     verdict = (FAILS if "against" in outcomes else HOLDS if all(o == "supports" for o in outcomes)
-               else NOT_MEASURED)
-    return verdict, "; ".join(rests_on)
+               else NOT_MEASURED_HERE)
+    return Verdict(verdict, "; ".join(rests_on))
 
 
-def host_overhead_at_small_batch(rule: dict, data: Evidence) -> tuple[str, str]:
+def host_overhead_at_small_batch(rule: dict, evidence: Evidence) -> Verdict:
     column = rule.get("column", "native-torch-eager")
-    cells = _breakdowns(data.long)
+    cells = _breakdowns(evidence.table(breakdown_tables.LONG))
     groups: dict[tuple, dict[int, dict[str, pd.DataFrame]]] = {}
     for (model, task, batch, precision), columns in cells.items():
         groups.setdefault((model, task, precision), {})[int(batch)] = columns
@@ -308,7 +298,7 @@ def host_overhead_at_small_batch(rule: dict, data: Evidence) -> tuple[str, str]:
         problem = overhead_problem(by_batch[small][column], rule) or overhead_problem(by_batch[large][column], rule)
         at_small, at_large = (share_of(by_batch[b][column], ["waiting"]) for b in (small, large))
         grows = _above(at_small, at_large)
-        kerases = {f: share_of(c, ["waiting"]) for f, c in by_batch[small].items() if f in data.keras3}
+        kerases = {f: share_of(c, ["waiting"]) for f, c in by_batch[small].items() if f in evidence.run.keras3}
         best = min(kerases.items(), key=lambda item: item[1].value) if kerases else None
         above_keras = _above(at_small, best[1]) if best else "undecided"
         outcome = ("undecided" if problem else "against" if "against" in (grows, above_keras)
@@ -323,12 +313,12 @@ def host_overhead_at_small_batch(rule: dict, data: Evidence) -> tuple[str, str]:
             text += f"; {best[0]} at bs{small}: {theirs} {_interval_text(best[1])} against its {mine} ({above_keras})"
         rests_on.append(text + (f"; {problem}" if problem else ""))
     if not outcomes:
-        return NOT_MEASURED, f"no {column} breakdown at two or more batch sizes of one model and task"
+        return Verdict(NOT_MEASURED_HERE, f"no {column} breakdown at two or more batch sizes of one model and task")
     if "supports" in outcomes and "against" not in outcomes:
-        return HOLDS, "; ".join(rests_on)
+        return Verdict(HOLDS, "; ".join(rests_on))
     if "against" in outcomes and "supports" not in outcomes:
-        return FAILS, "; ".join(rests_on)
-    return NOT_MEASURED, "; ".join(rests_on)
+        return Verdict(FAILS, "; ".join(rests_on))
+    return Verdict(NOT_MEASURED_HERE, "; ".join(rests_on))
 
 
 def _above(a: Figure, b: Figure) -> str:
@@ -342,31 +332,3 @@ def _interval_text(figure: Figure) -> str:
         return "(no interval)"
     low, high = decided(figure.low, figure.high, percent=True)
     return f"[{low}, {high}]"
-
-
-def pays_back_within(claim: dict, long: pd.DataFrame) -> tuple[str, str]:
-    """The compile's cost side of "out of the box": each compiled column with an eager twin must pay its longer wait
-    to the first step back within claim["steps"] timed steps (the anchor's NUM_STEPS: what its ms/step averages over),
-    cold and warm. Holds where every such cell does; not measured where no row has both columns."""
-    checked, rests_on = [], []
-    for _, entry in long[long.pays_back_after_steps.notna()].iterrows():
-        text = entry["pays_back_after_steps"]
-        within = text == "at once" or (text.isdigit() and int(text) <= claim["steps"])
-        checked.append(within)
-        rests_on.append(f"{entry['model']} {entry['task']} bs{entry['batch_size']} {entry['precision']} "
-                        f"{entry['framework']} {entry['state']}: {entry['to_first_step_s']:.1f} s to its first step, "
-                        f"pays back after {text}" + ("" if text.startswith(("never", "at once")) else " steps"))
-    if not checked:
-        return NOT_MEASURED, "no row with a compiled column and its eager twin (config first_step.eager_twin)"
-    return (HOLDS if all(checked) else FAILS), "; ".join(rests_on)
-
-
-RULES = {"library_fused_ops": library_fused_ops, "little_manual_optimisation": little_manual_optimisation,
-         "host_overhead_at_small_batch": host_overhead_at_small_batch}
-
-
-def verdicts(explanations: list[dict], data: Evidence, on_gpu: bool) -> pd.DataFrame:
-    """One line per explanation: its words, the verdict (on a CPU: not measured here, with what the CPU rows read),
-    the figures it rests on."""
-    return table(explanations, lambda rule: RULES[rule["kind"]](rule, data), "the benchmark's explanation", on_gpu,
-                 "breakdowns")
