@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -254,54 +255,69 @@ class CountedSync:
         self.sync(output)
 
 
-def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
-    """One cell: spec is a CellSpec (or its JSON form, the payload's); out: where its record goes (its breakdown's
-    trace is kept beside it)."""
-    spec = CellSpec.of(spec)
-    # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
-    # framework is first imported.
-    os.environ.update(spec.env)
-    cache = use_compile_cache(spec.framework_def, spec.env, context)
-    from kbench import adapters
+class Measured(NamedTuple):
+    """What the steps gave: the timer's record, the counted sync, the window's monitor, after it the device-busy share
+    and the breakdown by kind."""
+    steps: timing.StepTimes
+    sync: CountedSync
+    window: Window
+    busy: dict | None
+    split: dict | None
 
-    provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
-                  "platform": platform.platform(), "hostname": socket.gethostname(),
-                  "environment_variables": measurement_environment()}
-    backend = workload = losses = numerics_record = None
-    memory = {}
-    progress = Progress(spec)
-    progress(f"{spec.cell_id}: {spec.framework} in {context.get('runtime', '?')}; checking the packages "
-             "against the lock")
-    try:
+
+class CellRun:
+    """One cell, phase by phase: open (the packages against the lock, the framework imported, the device checked,
+    the numerics set and probed), build (the model), measure (warm-up, the timed window and its checks, then what
+    runs after it). Each phase keeps what it finds here as it goes, so a cell that fails in one still records what
+    the phases before found: its device, its model's counts, its losses, its numerics."""
+
+    def __init__(self, spec: CellSpec, context: dict, out: Path | None, adapters, cache: dict | None):
+        self.spec, self.context, self.out, self.adapters, self.cache = spec, context, out, adapters, cache
+        self.provenance = {**context, "started_utc": cell.utc_now(), "python": sys.version.split()[0],
+                           "platform": platform.platform(), "hostname": socket.gethostname(),
+                           "environment_variables": measurement_environment()}
+        self.backend = self.workload = self.losses = self.numerics = self.first = None
+        self.memory = {}
+        self.progress = Progress(spec)
+
+    def open(self):
+        """The adapter, after the lock check, with its backend on the device the cell asked for (and leased) and its
+        numerics set and checked by the float32 probe."""
+        spec, provenance, adapters = self.spec, self.provenance, self.adapters
         provenance["lock_check"] = check_lock()
         clock = time.perf_counter()
         adapter = adapters.load(spec.adapter)
-        backend = adapter.backend()
-        first = FirstStep(backend, cache, import_s=time.perf_counter() - clock)
+        self.backend = backend = adapter.backend()
+        self.first = FirstStep(backend, self.cache, import_s=time.perf_counter() - clock)
         provenance["device_facts"] = {**backend.device(), "nvml": nvml.facts()}
-        first.xla = xla_compile(spec, provenance["device_facts"])
+        self.first.xla = xla_compile(spec, provenance["device_facts"])
         check_device(spec, backend)
-        identity = check_device_identity(spec, backend.name, provenance["device_facts"], context)
+        identity = check_device_identity(spec, backend.name, provenance["device_facts"], self.context)
         if identity is not None:            # a GPU cell's: the device it ran on is the one it leased
             provenance["device_identity"] = identity
         adapters.refuse(adapter, spec)
         clock = time.perf_counter()
-        numerics_record = set_and_probe_numerics(spec, backend)
-        first.probe_s = time.perf_counter() - clock
-        numerics.check(numerics_record["probe"], spec.settings["tf32"], spec.dtypes.compute,
-                       backend.device()["kind"])
-        device = provenance["device_facts"]
-        progress(f"{backend.name} on {device['kind']} ({device['name']}); building the model")
+        self.numerics = set_and_probe_numerics(spec, backend)
+        self.first.probe_s = time.perf_counter() - clock
+        numerics.check(self.numerics["probe"], spec.settings["tf32"], spec.dtypes.compute, backend.device()["kind"])
+        return adapter
+
+    def build(self, adapter) -> None:
+        spec, backend, device = self.spec, self.backend, self.provenance["device_facts"]
+        self.progress(f"{backend.name} on {device['kind']} ({device['name']}); building the model")
         clock = time.perf_counter()
-        workload = adapters.build(adapter, spec)
+        self.workload = workload = self.adapters.build(adapter, spec)
         if spec.steps.breakdown:     # names its attention cores before the first trace (kbench.adapters._scopes)
-            workload.attention_scopes = adapters.mark_attention(workload, backend.name)
-        first.build_s = time.perf_counter() - clock
+            workload.attention_scopes = self.adapters.mark_attention(workload, backend.name)
+        self.first.build_s = time.perf_counter() - clock
         check_workload(spec, workload)
-        progress(f"model built: {workload.params_total:,} parameters ({workload.params_trainable:,} trainable); "
-                 f"{spec.steps.warmup} warm-up steps (a compiling column compiles in the first)")
-        memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
-                      nvml_used_bytes_before_steps=nvml.used_bytes())
+        self.progress(f"model built: {workload.params_total:,} parameters ({workload.params_trainable:,} trainable); "
+                      f"{spec.steps.warmup} warm-up steps (a compiling column compiles in the first)")
+
+    def measure(self) -> Measured:
+        spec, backend, workload, first, progress = self.spec, self.backend, self.workload, self.first, self.progress
+        self.memory.update(peak_device_reset_after_build=backend.reset_peak_device_memory(),
+                           nvml_used_bytes_before_steps=nvml.used_bytes())
         sync, window = CountedSync(backend.sync), Window(backend)
         first.before_steps()
 
@@ -319,53 +335,88 @@ def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
         progress(f"timed window closed after {duration(steps.window_ms)}: {steps.summary()['mean_ms']:.2f} ms/step")
         # the host's peak before the device profiler runs: it imports its own modules (on torch, dynamo's and
         # Inductor's too) and parses its events, which an eager cell's steps never needed
-        memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes(),
-                      peak_host_rss_bytes=peak_rss_bytes(), peak_host_rss_read="after the timed window, before the "
-                                                                            "device profiler")
-        losses = timed_losses(spec, steps)
-        check_losses(losses)
+        self.memory.update(nvml_used_bytes_after_steps=nvml.used_bytes(), nvml_processes_after_steps=nvml.processes(),
+                           peak_host_rss_bytes=peak_rss_bytes(), peak_host_rss_read="after the timed window, before "
+                                                                                    "the device profiler")
+        self.losses = timed_losses(spec, steps)
+        check_losses(self.losses)
         check_dtypes(spec, workload.dtypes())
         # after the window, with the backend's own sync: the counted one is the timer's record of its calls
-        busy = device_busy(spec, backend, workload, backend.sync, steps.window_ms / len(steps.step_ms))
-        split = step_breakdown(spec, backend, workload, backend.sync, steps.window_ms / len(steps.step_ms), out)
-    except adapters.NotSupported as exc:
-        result = cell.new_result(spec, provenance, "unsupported", cell.error_info("NotSupported", str(exc)))
-    except Exception as exc:  # a benchmark cell reports its failure instead of taking the run down
-        result = cell.new_result(spec, provenance, "oom" if out_of_memory(exc) else "failed",
-                                 cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
-    else:
-        result = cell.new_result(spec, provenance, "ok")
-        result.timing = {**timed_result(steps, workload), "device_busy": busy}
-        result.breakdown = split
-        result.first_step = first.record()
+        step_ms = steps.window_ms / len(steps.step_ms)
+        return Measured(steps, sync, window, device_busy(spec, backend, workload, backend.sync, step_ms),
+                        step_breakdown(spec, backend, workload, backend.sync, step_ms, self.out))
+
+    def ok(self, measured: Measured) -> cell.CellResult:
+        steps, workload = measured.steps, self.workload
+        result = cell.new_result(self.spec, self.provenance, "ok")
+        result.timing = {**timed_result(steps, workload), "device_busy": measured.busy}
+        result.breakdown = measured.split
+        result.first_step = self.first.record()
         # what the cell did of its settings (compared with them by the departure tests): the TF32 mode it applied,
         # the warm-up steps it ran, and what the adapter observed of its objects
-        result.evidence = {"tf32": numerics_record["tf32"], "warmup": len(steps.warmup_ms),
-                           "sync_blocks": len(steps.block_ms), "sync_calls": sync.calls,
-                           "step_returns": step_returns(steps.last_output), **window.evidence(),
+        result.evidence = {"tf32": self.numerics["tf32"], "warmup": len(steps.warmup_ms),
+                           "sync_blocks": len(steps.block_ms), "sync_calls": measured.sync.calls,
+                           "step_returns": step_returns(steps.last_output), **measured.window.evidence(),
                            **workload.evidence()}
-        result.energy = window.monitor.record
-    progress(result.status + (f": {result.error['type']}: {result.error['message'][:300]}" if result.error else ""))
-    result.numerics = numerics_record
-    if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
-        result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
-        result.numerics = {**(numerics_record or {}),
-                           **{f"{kind}_dtype": name for kind, name in workload.dtypes().items()}}
-    result.loss = losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
-    result.memory = {"peak_host_rss_bytes": peak_rss_bytes(), "peak_host_rss_read": "at the cell's end",
-                     "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None,
-                     **memory}        # an ok cell's host peak: read before the device profiler (above)
-    if backend:
-        result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
-                                 sync=backend.sync_name, memory_policy=backend.memory_policy,
-                                 memory_view=backend.memory_view, packages=backend.package_versions())
-    # what this process ran of the repository (rule cell's inputs must hold every one: kbench.plan.sources)
-    # (this module runs as __main__ under `python -m`: its spec keeps its name)
-    result.provenance["kbench_modules"] = sorted({m for m in sys.modules if m.split(".")[0] == "kbench"}
-                                                 | {__spec__.name if __spec__ else __name__})
-    result.provenance["finished_utc"] = cell.utc_now()
-    result.repeat = int(context.get("repeat", 1))
-    return result
+        result.energy = measured.window.monitor.record
+        return result
+
+    def failed(self, exc: Exception) -> cell.CellResult:
+        """A benchmark cell reports its failure instead of taking the run down (NotSupported: unsupported)."""
+        if isinstance(exc, self.adapters.NotSupported):
+            return cell.new_result(self.spec, self.provenance, "unsupported",
+                                   cell.error_info("NotSupported", str(exc)))
+        return cell.new_result(self.spec, self.provenance, "oom" if out_of_memory(exc) else "failed",
+                               cell.error_info(type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-8000:]))
+
+    def record(self, result: cell.CellResult) -> cell.CellResult:
+        """What every cell's record carries, whatever its status: what the phases found before it ended."""
+        backend, workload, provenance = self.backend, self.workload, self.provenance
+        self.progress(result.status + (f": {result.error['type']}: {result.error['message'][:300]}"
+                                       if result.error else ""))
+        result.numerics = self.numerics
+        if workload:      # also for a failed cell whose model was built: parity checks and LoRA failures need counts
+            result.params = {"total": workload.params_total, "trainable": workload.params_trainable}
+            result.numerics = {**(self.numerics or {}),
+                               **{f"{kind}_dtype": name for kind, name in workload.dtypes().items()}}
+        result.loss = self.losses     # kept for a NonFiniteLoss cell too: it shows what went wrong
+        result.memory = {"peak_host_rss_bytes": peak_rss_bytes(), "peak_host_rss_read": "at the cell's end",
+                         "peak_device_bytes": backend.peak_device_memory_bytes() if backend else None,
+                         **self.memory}        # an ok cell's host peak: read before the device profiler (measure)
+        if backend:
+            result.provenance.update(backend=backend.name, device=(provenance.get("device_facts") or {}).get("name"),
+                                     sync=backend.sync_name, memory_policy=backend.memory_policy,
+                                     memory_view=backend.memory_view, packages=backend.package_versions())
+        # what this process ran of the repository (rule cell's inputs must hold every one: kbench.plan.sources)
+        # (this module runs as __main__ under `python -m`: its spec keeps its name)
+        result.provenance["kbench_modules"] = sorted({m for m in sys.modules if m.split(".")[0] == "kbench"}
+                                                     | {__spec__.name if __spec__ else __name__})
+        result.provenance["finished_utc"] = cell.utc_now()
+        result.repeat = int(self.context.get("repeat", 1))
+        return result
+
+
+def run(spec, context: dict, out: Path | None = None) -> cell.CellResult:
+    """One cell: spec is a CellSpec (or its JSON form, the payload's); out: where its record goes (its breakdown's
+    trace is kept beside it). Its phases: CellRun's."""
+    spec = CellSpec.of(spec)
+    # Backend selection (KERAS_BACKEND, ...) and numerics (NVIDIA_TF32_OVERRIDE) must be in place before the
+    # framework is first imported.
+    os.environ.update(spec.env)
+    cache = use_compile_cache(spec.framework_def, spec.env, context)
+    from kbench import adapters
+
+    cell_run = CellRun(spec, context, out, adapters, cache)
+    cell_run.progress(f"{spec.cell_id}: {spec.framework} in {context.get('runtime', '?')}; checking the packages "
+                      "against the lock")
+    try:
+        cell_run.build(cell_run.open())
+        measured = cell_run.measure()
+    except Exception as exc:
+        result = cell_run.failed(exc)
+    else:
+        result = cell_run.ok(measured)
+    return cell_run.record(result)
 
 
 # How each framework says a batch did not fit: torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), TF's and
