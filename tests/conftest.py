@@ -16,6 +16,7 @@ import prebuild
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+KBENCH = str(Path(sys.executable).parent / "kbench")      # the command scripts/bootstrap writes into the venv
 TIERS = ("unit", "workflow", "e2e")
 _running = {"tier": None}
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import prebuild
-from conftest import CONFIG, REPO, SNAKEMAKE, snakemake
+from conftest import CONFIG, KBENCH, REPO, SNAKEMAKE, snakemake
 from dag import plan
 from kbench.run import launch
 from test_launch import left_behind
@@ -85,7 +85,7 @@ def digests(files: dict[str, bytes]) -> dict[str, str]:
 @pytest.mark.workflow
 def test_a_driver_killed_mid_run_resumes_with_one_command(tmp_path):
     """Two columns finish; the driver is SIGKILLed while a third column's cell runs (it takes 6 s to build).
-    scripts/resume then redoes only that column: the finished records are byte-identical, the killed cell left no
+    `kbench resume` then redoes only that column: the finished records are byte-identical, the killed cell left no
     process, and the resumed run makes the tables."""
     options = fault_workflow(tmp_path, {"first": {}, "second": {}, "slow": {"KBENCH_SYNTHETIC_BUILD_S": "6"}})
     finished_targets = [str(cell_of(tmp_path, f, t).relative_to(tmp_path)) for f in ("first", "second")
@@ -111,7 +111,7 @@ def test_a_driver_killed_mid_run_resumes_with_one_command(tmp_path):
 
     refused = snakemake(TABLE, *options, cwd=tmp_path)    # what a user meets first: the dead driver's lock
     assert refused.returncode != 0 and "Directory cannot be locked" in refused.stdout, refused.stdout[-2000:]
-    resumed = subprocess.run([str(REPO / "scripts/resume"), "--snakefile", str(REPO / "Snakefile"), TABLE, *options],
+    resumed = subprocess.run([KBENCH, "resume", "--snakefile", str(REPO / "Snakefile"), TABLE, *options],
                              cwd=tmp_path, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     after = digests(cells(tmp_path))
@@ -127,8 +127,7 @@ def test_resume_refuses_while_the_run_is_still_going(tmp_path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         time.sleep(2)
-        resumed = subprocess.run([str(REPO / "scripts/resume"), *options], cwd=tmp_path, capture_output=True,
-                                 text=True)
+        resumed = subprocess.run([KBENCH, "resume", *options], cwd=tmp_path, capture_output=True, text=True)
         assert resumed.returncode == 1
         assert resumed.stderr.startswith(f"resume: Snakemake is still running in {tmp_path} (pid {driver.pid})")
     finally:
@@ -139,7 +138,7 @@ def test_resume_refuses_while_the_run_is_still_going(tmp_path):
 @pytest.mark.workflow
 def test_retry_failed_reruns_exactly_the_failed_cells_and_keeps_their_first_attempt(tmp_path):
     """A transient fault (the column fails its first attempt only): a plain rerun has nothing to do, since a failed
-    cell is a finished job; scripts/retry-failed reruns exactly the failed cells."""
+    cell is a finished job; `kbench retry-failed` reruns exactly the failed cells."""
     options = fault_workflow(tmp_path, {"ok": {}, "flaky": {"KBENCH_SYNTHETIC_FAIL_ONCE": str(tmp_path)}})
     assert snakemake(TABLE, *options, cwd=tmp_path).returncode == 0
     before = cells(tmp_path)
@@ -147,8 +146,7 @@ def test_retry_failed_reruns_exactly_the_failed_cells_and_keeps_their_first_atte
     assert [record(p)["error"]["message"] for p in flaky] == ["injected transient failure"] * 2
 
     assert plan("-n", TABLE, *options, cwd=tmp_path).nothing_to_do
-    retried = subprocess.run([str(REPO / "scripts/retry-failed"), "--snakefile", str(REPO / "Snakefile"), TABLE,
-                              *options],
+    retried = subprocess.run([KBENCH, "retry-failed", "--snakefile", str(REPO / "Snakefile"), TABLE, *options],
                              cwd=tmp_path, capture_output=True, text=True)
     assert retried.returncode == 0, retried.stdout[-3000:] + retried.stderr[-3000:]
     assert "retry-failed: rerunning 2 failed cell(s)" in retried.stdout

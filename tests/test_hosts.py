@@ -57,8 +57,9 @@ def test_bootstrap_and_a_dry_run_on_debian_13_with_python_3_13(trixie, tmp_path)
     repo = repository_copy(tmp_path / "repo")
     cache = Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv"))
     cache.mkdir(parents=True, exist_ok=True)
-    script = ("scripts/bootstrap --venv-only && .venv/bin/snakemake -n --cores 1 --config suite=tiny accelerator=cpu "
-              "runtime=host models=[bert] frameworks=[keras3-jax,native-torch-eager] precisions=[float32]")
+    script = ("scripts/bootstrap --venv-only && .venv/bin/kbench --help && .venv/bin/snakemake -n --cores 1 --config "
+              "suite=tiny accelerator=cpu runtime=host models=[bert] frameworks=[keras3-jax,native-torch-eager] "
+              "precisions=[float32]")
     proc = subprocess.run(["podman", "run", "--rm", "--network", "host", *host.ulimit_args(),
                            "--volume=/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
                            f"--volume={cache}:/root/.cache/uv", f"--volume={repo}:/repo", "--workdir", "/repo",
@@ -67,4 +68,5 @@ def test_bootstrap_and_a_dry_run_on_debian_13_with_python_3_13(trixie, tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "bootstrap: .venv ready (Python 3.13" in out
+    assert "retry-failed" in out and "gpucheck" in out          # the kbench command bootstrap put into the venv
     assert "cell " in out and "This was a dry-run" in out

@@ -1,7 +1,7 @@
 """The README, ADDING.md and docs/*.md must hold as printed: every repository path they name exists, every cell path
 they name is one the workflow makes, every kbench module they name is there, every relative link leads to a file (and
-heading), and the commands in their code blocks that are cheap to run run as printed: `--help`, `python -m
-kbench.layout` and Snakemake dry runs (`snakemake -n ...`, planned in this process by tests/dag.py).
+heading), and the commands in their code blocks that are cheap to run run as printed: `--help`, `kbench layout`
+and Snakemake dry runs (`snakemake -n ...`, planned in this process by tests/dag.py).
 tests/test_lifecycle.py runs the verify walk-through of docs/report.md."""
 import re
 import shlex
@@ -27,7 +27,8 @@ def test_the_readme_is_the_front_door():
     """Short, with the commands CI and the walk-throughs rely on, and a link to every page of docs/."""
     assert len(README.splitlines()) <= 250
     assert "    scripts/bootstrap && .venv/bin/python tests/run_tiers.py " in README       # .ci/run runs this line
-    assert "snakemake --cores all" in README and "python3 -m kbench.gpucheck.check" in README
+    assert "snakemake --cores all" in README and "python3 scripts/cli.py gpucheck" in README
+    assert "PYTHONPATH=scripts" not in README       # one front door: the kbench command (.venv/bin/kbench, scripts/cli.py)
     linked = set(re.findall(r"\]\((docs/[\w-]+\.md)", README))
     assert linked == {name for name in PAGES if name.startswith("docs/")}
 
@@ -113,12 +114,12 @@ def code_lines(text: str) -> list[str]:
 
 COMMANDS = sorted({line for text in PAGES.values() for line in code_lines(text)})
 DRY_RUNS = [line for line in COMMANDS if re.match(r"(\.venv/bin/)?snakemake ", line) and " -n " in f" {line} "]
-CHEAP = [line for line in COMMANDS if line.endswith(" --help") or re.search(r"-m kbench\.layout$", line)]
+CHEAP = [line for line in COMMANDS if line.endswith(" --help") or re.search(r"kbench layout$", line)]
 
 
 def test_the_pages_print_commands_the_tests_run():
     assert len(COMMANDS) > 40 and DRY_RUNS and len(CHEAP) >= 2
-    assert "PYTHONPATH=scripts .venv/bin/python -m kbench.layout" in CHEAP
+    assert ".venv/bin/kbench layout" in CHEAP and ".venv/bin/kbench --help" in CHEAP
 
 
 @pytest.mark.workflow     # a printed Snakemake command, run (9 s)
@@ -145,6 +146,6 @@ def verify_walkthrough() -> list[str]:
 
 def test_the_verify_walkthrough_is_printed_as_shell_lines():
     lines = verify_walkthrough()
-    assert len(lines) == 4 and lines[-1].startswith(".venv/bin/python scripts/archive.py verify")
+    assert len(lines) == 4 and lines[-1].startswith(".venv/bin/kbench verify")
     for line in lines:
         shlex.split(line)

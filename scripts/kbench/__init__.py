@@ -20,6 +20,7 @@ one way, and a wing imports only the wings below it (kbench.layout checks it: `p
     harness/     the harness's own checks: its overhead, image builds, the breakdown's and a warm cache's effect
     gpucheck/    the GPU check: its cells and acceptance steps, the GPU stacks checked on a CPU
     report/      the report's first page: the run, then its claims
+    frontdoor/   the `kbench` command beside Snakemake: its subcommands, and the venv's launcher
 
 A cell process imports ground, models, adapters and run only, and no framework until its adapter builds the model.
 """

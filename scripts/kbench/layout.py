@@ -10,6 +10,7 @@ functions included), so nothing is imported to check them.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 import sys
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parent
 LAYOUT_DOC = ROOT.parents[1] / "docs" / "layout.md"
 # Bottom to top: data flows upwards, config -> plan -> stacks -> run -> cell JSON -> results -> claims -> report.
 WINGS = ("ground", "breakdown", "models", "gpu", "stacks", "plan", "adapters", "run", "equivalence", "results",
-         "claims", "lifecycle", "studies", "harness", "gpucheck", "report")
+         "claims", "lifecycle", "studies", "harness", "gpucheck", "report", "frontdoor")
 # The ground floor's shelves: subpackages that are ground, grouped by what they hold (the cell's contract, the
 # measuring instruments, the machine), beside its loose modules (files, imports, layout).
 SHELVES = ("contract", "instruments", "machine")
@@ -180,7 +181,9 @@ def docstring_head(wing: str) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
-def main(argv=None) -> int:
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench layout`'s)."""
+    (parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args(argv)
     edges = graph()
     for wing in WINGS:
         members = [m for m in edges if wing_of(m) == wing]

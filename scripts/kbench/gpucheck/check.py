@@ -1,7 +1,8 @@
 """The first thing to run on a new GPU host or cluster node: the pipeline's GPU path in minutes, with what the host
 already has (Python 3.11 or 3.12 with NumPy and PyYAML; no Snakemake, no network, no containers).
 
-    PYTHONPATH=scripts python3 -m kbench.gpucheck.check --deadline 480 [--python /opt/conda/bin/python] [--out DIR]
+    python3 scripts/cli.py gpucheck --deadline 480 [--python /opt/conda/bin/python] [--out DIR]
+    .venv/bin/kbench gpucheck ...                      the same, where the driver venv is
 
 It finds which frameworks the interpreter has (and says which it lacks: a missing one is skipped, never a failure),
 probes what a float32 matmul gets in torch and JAX with TF32 off, on and at the library's default, times a bf16
@@ -308,8 +309,9 @@ def text_table(rows: list[dict]) -> str:
     return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, cells)])
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deadline", type=float, default=DEADLINE_S,
                         help=f"seconds for the whole check (default {DEADLINE_S})")
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose frameworks are checked")

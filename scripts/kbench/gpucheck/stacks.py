@@ -4,7 +4,7 @@ its nvidia-* wheels ship loaded (and the libraries the frameworks' own extension
 cell of each of the stack's columns run on the CPU inside the GPU image. A conflict, a missing CUDA library or a
 wheel that does not import shows here, not on a GPU host after a long download.
 
-    scripts/check-gpu-stacks [STACK.ACCELERATOR ...] [--keep] [--out DIR]
+    .venv/bin/kbench gpu-stacks [STACK.ACCELERATOR ...] [--keep] [--out DIR]
 
 One stack at a time (each image is several GB), removed after unless --keep; the table goes to stdout and
 DIR/gpu_stacks.md (default results/gpu-stacks). Not run in CI: about an hour and tens of GB of downloads for all of
@@ -71,7 +71,7 @@ def locks(selected: list[str]) -> list[tuple[str, str]]:
     found = [(stack, accelerator) for stack, accelerator in stack_locks(REPO) if accelerator in ACCELERATORS]
     unknown = sorted(set(selected) - {f"{s}.{a}" for s, a in found})
     if unknown:
-        raise SystemExit(f"check-gpu-stacks: {unknown[0]}: no such GPU lock in envs/; allowed: "
+        raise SystemExit(f"gpu-stacks: {unknown[0]}: no such GPU lock in envs/; allowed: "
                          + ", ".join(f"{s}.{a}" for s, a in found))
     return [(s, a) for s, a in found if not selected or f"{s}.{a}" in selected]
 
@@ -163,8 +163,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows])
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("locks", nargs="*", help="STACK.ACCELERATOR (default: every GPU lock)")
     parser.add_argument("--keep", action="store_true", help="keep each image (default: removed after its check)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "gpu-stacks")

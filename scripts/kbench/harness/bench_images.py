@@ -1,6 +1,6 @@
 """Image build times, reproducibility and per-cell container overhead (a benchmark, not a test).
 
-    .venv/bin/python scripts/bench_images.py [--stack keras3-jax --accelerator cpu --runs 15 --base]
+    .venv/bin/kbench bench-images [--stack keras3-jax --accelerator cpu --runs 15 --base]
 
 cold build: empty uv cache, no image, no layer cache; warm build: the same without the image and layer cache, the uv
 download cache kept. Both must give the same image ID (reproducible build). --base also rebuilds the Debian base twice and compares its IDs. Container overhead:
@@ -34,8 +34,9 @@ def remove(image: str) -> None:
     subprocess.run(["podman", "rmi", "--force", image], env=host.client_env("podman"), capture_output=True)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="keras3-jax")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--epoch", type=int, default=1735689600)

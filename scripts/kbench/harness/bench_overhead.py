@@ -1,6 +1,6 @@
 """Harness overhead: the cell runner's ms/step divided by a bare hand-written loop's ms/step, same model, same process.
 
-    .venv/bin/python scripts/bench_overhead.py [--framework keras3-jax --model sam --task predict --batch 4]
+    .venv/bin/kbench bench-overhead [--framework keras3-jax --model sam --task predict --batch 4]
 
 The host side resolves the tiny cell from config.yaml and runs this module again in the stack's environment
 (`python -m kbench.harness.bench_overhead --in-env`, the spec on stdin). There one
@@ -86,11 +86,12 @@ def in_env() -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
     argv = sys.argv[1:] if argv is None else argv
     if "--in-env" in argv:
         return in_env()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", default="keras3-jax")
     # A short step (~3 ms on 2 CPU cores) is where a per-step cost of the harness would show most.
     parser.add_argument("--model", default="sam")

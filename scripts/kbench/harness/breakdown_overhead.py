@@ -4,7 +4,7 @@ alike), each in its column's image as the workflow runs it; the timed window's m
 intervals over the processes, the ratio on / off and Welch's p. The breakdown runs after the window: within noise
 (intervals overlapping) is the target.
 
-    .venv/bin/python scripts/check_breakdown_overhead.py --images results [--framework native-torch-eager
+    .venv/bin/kbench breakdown-overhead --images results [--framework native-torch-eager
         --model bert --task fit --batch 8 --pairs 3 --runtime podman]
 
 --images: the results folder of a run whose environment records (images/ for podman, environments/ for host) the
@@ -51,9 +51,10 @@ def run(args) -> int:
     return 0 if within else 1
 
 
-def main(argv=None) -> int:
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
     from kbench.harness import two_sides
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     two_sides.arguments(parser, pairs=3)
     parser.add_argument("--framework", default="native-torch-eager")
     parser.add_argument("--steps", type=int, default=3, help="profiled steps with the breakdown on")

@@ -1,7 +1,7 @@
 """The one place a check of one tiny cell in fresh processes, two sides alternating, gets its cell: the arguments
 that name it (where its images are, model, task, batch, processes a side, runtime), its spec from config.yaml on a
-CPU, and the environment record its processes start from (scripts/check_breakdown_overhead.py,
-scripts/check_warm_window.py)."""
+CPU, and the environment record its processes start from (`kbench breakdown-overhead`,
+`kbench warm-window`)."""
 from __future__ import annotations
 
 import argparse

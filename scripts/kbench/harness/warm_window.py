@@ -5,7 +5,7 @@ the workflow runs it. Per column: the timed window's ms/step of each side, their
 ratio warm / cold and Welch's p, and the first step's median on each side. Within noise (intervals overlapping) is the
 target: a warm cell loads the cold run's programs, it does not time others.
 
-    .venv/bin/python scripts/check_warm_window.py --images results [--frameworks keras3-jax,native-torch-compiled
+    .venv/bin/kbench warm-window --images results [--frameworks keras3-jax,native-torch-compiled
         --model bert --task fit --batch 8 --pairs 2 --runtime podman]
 
 --images: the results folder of a run whose environment records (images/ for podman, environments/ for host) the
@@ -70,9 +70,10 @@ def run(args) -> int:
     return 0 if all(verdicts) else 1
 
 
-def main(argv=None) -> int:
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
     from kbench.harness import two_sides
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     two_sides.arguments(parser, pairs=2)
     parser.add_argument("--frameworks", default=COMPILED, help="compiled columns, comma-separated")
     return run(two_sides.parse(parser, argv))

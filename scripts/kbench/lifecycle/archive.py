@@ -407,6 +407,17 @@ def rebuilt_tables(run: Run, cells: dict[str, list[cell.CellResult]]) -> list[st
 
 # ---------------------------------------------------------------- command line
 
+def verify_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("archive", type=Path)
+    p.add_argument("--allowed-signers", type=Path, help="ssh-keygen allowed-signers file: require a good signature")
+    p.add_argument("--identity", help="the signer's identity in that file")
+
+
+def sign_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("archive", type=Path)
+    p.add_argument("--key", required=True, type=Path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -420,18 +431,28 @@ def main(argv=None) -> int:
     p.add_argument("--cells", nargs="*", default=[])
     p.add_argument("--environments", nargs="*", default=[])
     p.add_argument("--images", nargs="*", default=[])
-    p = commands.add_parser("verify", help="check an archive against its manifest, its signature and itself")
-    p.add_argument("archive", type=Path)
-    p.add_argument("--allowed-signers", type=Path, help="ssh-keygen allowed-signers file: require a good signature")
-    p.add_argument("--identity", help="the signer's identity in that file")
-    p = commands.add_parser("sign", help="sign the archive's manifest with an SSH private key (ssh-keygen -Y sign)")
-    p.add_argument("archive", type=Path)
-    p.add_argument("--key", required=True, type=Path)
+    verify_arguments(commands.add_parser("verify", help="check an archive against its manifest, its signature and "
+                                                        "itself"))
+    sign_arguments(commands.add_parser("sign", help="sign the archive's manifest with an SSH private key (ssh-keygen "
+                                                    "-Y sign)"))
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.run_id, args.suite, args.results, args.config_json, args.report, args.cells, args.environments,
              args.images, args.out)
         return 0
+    return checked(parser, args)
+
+
+def command(name: str, argv: list[str], parser: argparse.ArgumentParser) -> int:
+    """verify or sign on a parser of its own (`kbench verify`, `kbench sign`: kbench.frontdoor.cli)."""
+    {"verify": verify_arguments, "sign": sign_arguments}[name](parser)
+    args = parser.parse_args(argv)
+    args.command = name
+    return checked(parser, args)
+
+
+def checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """verify or sign, a bad file refused in one line."""
     try:
         return verify_or_sign(parser, args)
     except BadFile as error:

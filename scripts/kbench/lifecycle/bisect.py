@@ -1,11 +1,10 @@
 """Bisect a lock bump: which group of the packages it moved moved a cell.
 
-    python -m kbench.lifecycle.bisect --stack S --accelerator A --old-lock OLD --new-lock NEW --cell CELL_ID
+    kbench bisect --stack S --accelerator A --old-lock OLD --new-lock NEW --cell CELL_ID
         [--repeats 3] [--runtime host|podman] [--out DIR] [--config config.yaml] [--find-links DIR ...]
 
-(scripts/bisect runs it with the driver's Python from the repository root.) CELL_ID is a cell as the workflow names
-it (tiny/strict/bert/fit/bs32/float32/native-torch-eager), its spec built by kbench.plan.matrix from the config as rule
-cell builds it.
+CELL_ID is a cell as the workflow names it (tiny/strict/bert/fit/bs32/float32/native-torch-eager), its spec built by
+kbench.plan.matrix from the config as rule cell builds it.
 
 The bump's changed packages become groups that can only move together, as the resolver says (kbench.stacks.lockgroups:
 jax with jaxlib). A step is the old lock with some groups at their new versions: its own hash-locked lock (compiled
@@ -428,8 +427,9 @@ def load_config(path: Path) -> dict:
     return config
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True)
     parser.add_argument("--accelerator", required=True)
     parser.add_argument("--old-lock", required=True, type=Path)

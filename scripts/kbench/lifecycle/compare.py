@@ -4,7 +4,7 @@ p-values adjusted over every cell tested in the comparison (Benjamini-Hochberg: 
 q < 0.05, about 5% are expected to be false, however many cells a run has); with one repeat a side, a noise band that
 is not a test. Direction, size and test all use the same statistic: the mean of the repeats' means.
 
-    python scripts/archive.py compare OLD NEW [--suite S] [--noise-floor PCT] [--out diff.csv]
+    .venv/bin/kbench compare OLD NEW [--suite S] [--noise-floor PCT] [--out diff.csv]
 """
 from __future__ import annotations
 
@@ -115,8 +115,9 @@ def image_change(a: list[cell.CellResult] | None, b: list[cell.CellResult] | Non
     return "" if old == new else f"{str(old)[:19]} -> {str(new)[:19]}"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--suite", help="for a results directory holding several suites (archives name their own)")

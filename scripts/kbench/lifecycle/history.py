@@ -2,9 +2,9 @@
 fed by each finished run (rule history) and by any archive, so one SQL query answers "BERT fit on keras3-jax over
 the last runs" and each run's changes name the packages that moved.
 
-    python -m kbench.lifecycle.history ingest RESULTS_DIR_OR_ARCHIVE [--suite S] [--store DIR]
-    python -m kbench.lifecycle.history query "SELECT ... FROM trend WHERE ..." [--store DIR]
-    python -m kbench.lifecycle.history changes --suite S --profile P --out DIR [--store DIR]   (changes.{csv,md,html}, trends.png)
+    kbench history [--store DIR] ingest RESULTS_DIR_OR_ARCHIVE [--suite S]
+    kbench history [--store DIR] query "SELECT ... FROM trend WHERE ..."
+    kbench history [--store DIR] changes --suite S --profile P --out DIR --plots DIR   (changes.{csv,md,html}, trends.png)
 
 A run is the set of cell records it holds: its id is the digest of those files' bytes, so ingesting the same run again
 (from its results directory or from its archive) adds nothing. A results directory where one stack was rerun after a
@@ -107,7 +107,7 @@ def connect(store: Path, read_only: bool = False):
     if store.exists() and not store.is_dir():
         raise BadFile(store, "a file, not a folder", "--store takes the history's folder, e.g. results/history")
     if read_only and not database.exists():
-        raise BadFile(database, "no history yet", "ingest a run first: scripts/history.py ingest RESULTS_OR_ARCHIVE")
+        raise BadFile(database, "no history yet", "ingest a run first: kbench history ingest RESULTS_OR_ARCHIVE")
     store.mkdir(parents=True, exist_ok=True)
     try:
         con = duckdb.connect(str(database), read_only=read_only)
@@ -360,8 +360,9 @@ def write_changes(con, suite: str, profile: str, out: Path, plots: Path) -> pd.D
     return table
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, default=STORE, help="the history's folder (default %(default)s)")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("ingest", help="a results directory or a run archive into the history")

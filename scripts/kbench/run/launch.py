@@ -545,7 +545,7 @@ class _Stop:
 class _Watchdog(threading.Thread):
     """Kills the cell when the Snakemake process that runs this job is gone (SIGKILLed, or its node lost), and then
     the launcher, which must leave no record: a cell killed with its driver is not finished, and the next run (a
-    plain rerun, scripts/resume) redoes it only if nothing finished-looking is there."""
+    plain rerun, `kbench resume`) redoes it only if nothing finished-looking is there."""
 
     def __init__(self, stop: _Stop, interval_s: float = 0.5):
         super().__init__(daemon=True)

@@ -1,9 +1,9 @@
 """Recovering a run, in one command each:
 
-    scripts/resume [snakemake options]         after the driver was killed (SIGKILL, a lost session): refuses while
+    kbench resume [snakemake options]          after the driver was killed (SIGKILL, a lost session): refuses while
                                                a Snakemake process still runs in this folder, else removes the stale
                                                lock and reruns what is incomplete or missing; finished cells stand
-    scripts/retry-failed [snakemake options]   reruns exactly the cells whose record says failed (and the tables);
+    kbench retry-failed [snakemake options]    reruns exactly the cells whose record says failed (and the tables);
                                                their earlier records and logs stay in attempts/ beside them
 
 The options are the run's own (--config ..., --profile ...), so the same cells are meant.
@@ -69,7 +69,7 @@ def resume(options: list[str]) -> int:
 
 
 # What to do about a cell record that is not whole: Snakemake reruns a cell whose record is missing.
-CELL = "expected a cell record as the workflow writes it: remove it, and scripts/resume reruns the cell"
+CELL = "expected a cell record as the workflow writes it: remove it, and `kbench resume` reruns the cell"
 
 
 def summary(options: list[str]) -> subprocess.CompletedProcess:

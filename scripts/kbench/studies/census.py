@@ -3,7 +3,7 @@ cannot run (paper Gemma is 8.5 B parameters).
 
 `python -m kbench.studies.census --out COUNTS.json < specs.json` runs in one stack's environment (started by kbench.run.launch like
 a cell; specs as kbench.plan.matrix.spec makes them, all of one framework) and writes {"counts": [{"cell_id", "total",
-"trainable"} or {"cell_id", "error"}, ...]}. kbench.studies.census_tables (scripts/param_census.py) drives it for every framework.
+"trainable"} or {"cell_id", "error"}, ...]}. kbench.studies.census_tables (`kbench census`) drives it for every framework.
 Torch-based columns build on PyTorch's meta device (shapes only, no memory); the others build for real.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Parameter counts of every model/task in every framework at one size, built as the cells build them but never run,
 and the parity flag of kbench.results.tables: the check for sizes a CPU cannot run (paper Gemma has 8.5 B parameters).
 
-    .venv/bin/python scripts/param_census.py --size paper [--runtime podman|host] [--frameworks a,b]
+    .venv/bin/kbench census --size paper [--runtime podman|host] [--frameworks a,b]
 
 Needs the stacks' environments (results/images/*.json for podman, results/environments/*.json for host: any
 snakemake run with that runtime makes them). One process per framework (kbench.studies.census, started by
@@ -49,8 +49,9 @@ def census(config: dict, framework: str, size: str, runtime: str, results: Path)
             for c in files.read_json(out)["counts"]]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> int:
+    """parser: the one to fill (kbench.frontdoor.cli hands `kbench <command>`'s, with its one-line description)."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="paper")
     parser.add_argument("--runtime", default="podman", choices=["host", "podman"])
     parser.add_argument("--frameworks", help="comma-separated (default: config.yaml's)")
