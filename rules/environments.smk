@@ -8,9 +8,10 @@ rule environment:
         results("logs/environments/{stack}.{accelerator}.log"),
     params:
         prefix=".envs/{stack}.{accelerator}",
-    shell:
+    shell:      # under kbench.heartbeat: uv's output in the log as it installs, a line on the terminal every 25 s
+        "python -m kbench.heartbeat --job 'venv {wildcards.stack}.{wildcards.accelerator}' --log {log} -- "
         "python -m kbench.stacks.envs venv --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
-        "--lock {input.lock} --prefix {params.prefix} --record {output.record} > {log} 2>&1"
+        "--lock {input.lock} --prefix {params.prefix} --record {output.record}"
 
 
 rule preinstalled_environment:

@@ -1,3 +1,5 @@
+# Each build runs under kbench.heartbeat: its output fills its log as it goes (podman's steps, mmdebstrap's and the
+# pull's progress), and a line reaches the terminal every 25 s while it runs, with what its last run took.
 rule base_image:
     """The base every stack image starts from: Debian built here with mmdebstrap, or an image pinned by digest."""
     output:
@@ -9,8 +11,9 @@ rule base_image:
         packages=",".join(config["containers"]["base_packages"]),
         epoch=config["containers"]["source_date_epoch"],
     shell:
+        "python -m kbench.heartbeat --job 'base image' --log {log} -- "
         "python -m kbench.stacks.images base --source {params.source} --packages {params.packages} --epoch {params.epoch} "
-        "--record {output.record} > {log} 2>&1"
+        "--record {output.record}"
 
 
 rule stack_image:
@@ -28,9 +31,9 @@ rule stack_image:
         epoch=config["containers"]["source_date_epoch"],
         uv_cache=config["containers"]["uv_cache"],
     shell:
+        "python -m kbench.heartbeat --job 'image {wildcards.stack}.{wildcards.accelerator}' --log {log} -- "
         "python -m kbench.stacks.images stack --stack {wildcards.stack} --accelerator {wildcards.accelerator} "
-        "--base-record {input.base} --epoch {params.epoch} --uv-cache {params.uv_cache} --record {output.record} "
-        "> {log} 2>&1"
+        "--base-record {input.base} --epoch {params.epoch} --uv-cache {params.uv_cache} --record {output.record}"
 
 
 rule export_image:
@@ -46,7 +49,9 @@ rule export_image:
     params:
         format=lambda wildcards: f"{wildcards.format}-archive",
     shell:
-        "python -m kbench.stacks.images export --record {input.record} --format {params.format} --out {output} > {log} 2>&1"
+        "python -m kbench.heartbeat --job 'image archive {wildcards.stack}.{wildcards.accelerator}.{wildcards.format}' "
+        "--log {log} -- python -m kbench.stacks.images export --record {input.record} --format {params.format} "
+        "--out {output}"
 
 
 rule docker_image:
@@ -58,8 +63,9 @@ rule docker_image:
     log:
         results("logs/images/{stack}.{accelerator}.docker.log"),
     shell:
+        "python -m kbench.heartbeat --job 'docker load {wildcards.stack}.{wildcards.accelerator}' --log {log} -- "
         "python -m kbench.stacks.images docker-load --image-record {input.record} --archive {input.archive} "
-        "--record {output.record} > {log} 2>&1"
+        "--record {output.record}"
 
 
 rule sif_image:
@@ -72,5 +78,6 @@ rule sif_image:
     log:
         results("logs/images/{stack}.{accelerator}.sif.log"),
     shell:
+        "python -m kbench.heartbeat --job 'sif {wildcards.stack}.{wildcards.accelerator}' --log {log} -- "
         "python -m kbench.stacks.images sif --image-record {input.record} --archive {input.archive} --sif {output.sif} "
-        "--record {output.record} > {log} 2>&1"
+        "--record {output.record}"

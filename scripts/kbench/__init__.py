@@ -1,7 +1,8 @@
 """kbench: the code behind the Keras 3 multi-backend benchmark pipeline, in wings by the stage each serves. Data flows
 one way, and a wing imports only the wings below it (kbench.layout checks it: `python -m kbench.layout`):
 
-    ground       files, the reader of kbench's imports and the layout check (these modules), and three shelves:
+    ground       files, the reader of kbench's imports, the layout check and a long job's heartbeat (these modules),
+                 and three shelves:
       contract/    the cell's contract: its spec, its record (the cell JSON), the precisions
       instruments/ what a cell measures with: the step timer, the float32 probe, the compile cache
       machine/     the host, the runtimes, lock paths, the environment records of images and venvs

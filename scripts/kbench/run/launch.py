@@ -2,9 +2,10 @@
 interpreter, podman, docker or apptainer: its command line and environment are the runtime's, resolved once a cell).
 
 run_cell() turns (spec, environment record) into one process, feeds it the payload on stdin, sends its output to the
-log, and guarantees a result JSON whatever happens: a process that crashes, is killed, runs out of memory or time,
-or cannot even be started (a missing runtime binary, an unreadable record) becomes a `failed` cell with the reason
-decoded (a container the kernel OOM-killed an `oom` one), so the rest of the run and the tables go on.
+log (and, every 25 s while it runs, the log's last line to the terminal: kbench.heartbeat), and guarantees a result JSON
+whatever happens: a process that crashes, is killed, runs out of memory or time, or cannot even be started (a missing
+runtime binary, an unreadable record) becomes a `failed` cell with the reason decoded (a container the kernel
+OOM-killed an `oom` one), so the rest of the run and the tables go on.
 
 Lifecycle: the cell runs in its own process group (and, in podman/docker, as a named container that is removed
 explicitly), killed whole on timeout, on SIGTERM/SIGINT (scancel, Ctrl-C) and when the Snakemake process that
@@ -35,6 +36,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from kbench import heartbeat
 from kbench.contract import cell
 from kbench.contract.spec import CellSpec, JobSpec, spec_of
 from kbench.instruments import compile_cache
@@ -434,8 +436,9 @@ def _supervise(spec: CellSpec | JobSpec, runtime: Runtime, environment: dict, co
             proc.stdin.write(json.dumps({"spec": spec.to_dict(), "context": context,
                                          "files": runtime.files_as_seen(options.files)}))
             proc.stdin.close()
-            try:
-                returncode = proc.wait(timeout=options.timeout_s)
+            try:       # the log the cell writes is its progress; a line of it on the terminal every 25 s
+                with heartbeat.Heartbeat(f"{spec.cell_id}.r{options.repeat}", log, limit_s=options.timeout_s):
+                    returncode = proc.wait(timeout=options.timeout_s)
             except subprocess.TimeoutExpired:
                 stop.kill()
                 return cell.error_info("Timeout", f"cell process exceeded {options.timeout_s:.0f} s; its process group"

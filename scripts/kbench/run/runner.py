@@ -222,7 +222,9 @@ class FirstStep:
 
 class Progress:
     """What the cell is doing, a line each on stderr (the cell's log under results/logs/cells/): a cell that takes
-    minutes is seen to move. Nothing is written inside the timed window; its line says how long it should take."""
+    minutes is seen to move, and its launcher's heartbeat (kbench.heartbeat) puts the last line on the terminal every
+    25 s. A line per warm-up step, one as the window opens (how long it should take) and one as it closes, one before
+    the profiled steps after it. Nothing is written inside the timed window: every moment of it is measured."""
 
     def __init__(self, spec: CellSpec):
         self.spec, self.start, self.last_warmup_ms = spec, time.monotonic(), None
@@ -242,6 +244,16 @@ class Progress:
                 if self.last_warmup_ms is not None else "")
         self(f"timed window: {steps.timed} steps in {len(timing.block_sizes(steps.timed, steps.blocks))} "
              f"synced blocks{pace}; the next line when it closes")
+
+    def after_window(self, backend) -> None:
+        """What runs after the window, where a profiled step of a large model can take minutes: one line before it."""
+        steps = self.spec.steps
+        parts = ([f"the device-busy share ({min(BUSY_STEPS, steps.timed)} steps under the device profiler)"]
+                 if backend.activities is not None else []) \
+            + ([f"the breakdown by kind ({steps.breakdown} profiled steps, then their trace read)"]
+               if steps.breakdown and backend.trace is not None else [])
+        if parts:
+            self("after the window: " + ", then ".join(parts))
 
 
 class CountedSync:
@@ -341,6 +353,7 @@ class CellRun:
         self.losses = timed_losses(spec, steps)
         check_losses(self.losses)
         check_dtypes(spec, workload.dtypes())
+        progress.after_window(backend)
         # after the window, with the backend's own sync: the counted one is the timer's record of its calls
         step_ms = steps.window_ms / len(steps.step_ms)
         return Measured(steps, sync, window, device_busy(spec, backend, workload, backend.sync, step_ms),

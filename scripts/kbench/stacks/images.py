@@ -7,6 +7,11 @@ per stack and accelerator from containers/Containerfile and the stack's lock.
     python -m kbench.stacks.images docker-load --image-record R --archive FILE --record OUT      (on a Docker host)
     python -m kbench.stacks.images sif --image-record R --archive FILE --sif SIF --record OUT     (on an Apptainer host)
 
+A build's output (podman's steps, what each step prints, mmdebstrap's progress) goes to stdout as it comes: the rules
+run it under kbench.heartbeat, which writes it into the job's log and says on the terminal which step is running. The
+recipe is not changed for it (its text is part of every image ID): the lock's install is the step that runs longest,
+quiet inside.
+
 Reproducible: fixed SOURCE_DATE_EPOCH and --timestamp, so the same base, lock and recipe give the same image ID,
 however the builds are scheduled: podman builds on one host run one at a time (a host-wide lock), because buildah
 commits each intermediate step under a random `<id>-tmp` name and the next step records its base by the image's
@@ -90,7 +95,7 @@ def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> di
         image = f"localhost/kbench/base:{DEBIAN_SUITE}"
         with tempfile.TemporaryDirectory() as tmp:
             rootfs = Path(tmp) / "rootfs.tar"
-            subprocess.run(["mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(packages)}",
+            subprocess.run(["mmdebstrap", "--variant=apt", f"--include={','.join(packages)}",
                             f"--customize-hook={HOST_SPECIFIC}", DEBIAN_SUITE, str(rootfs)], check=True,
                            env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
             os.utime(rootfs, (epoch, epoch))
@@ -100,7 +105,7 @@ def build_base(source: str, epoch: int, record: Path, packages: list[str]) -> di
         if "@sha256:" not in source:
             raise ValueError(f"containers.base {source!r}: use 'debian' or an image pinned by digest (NAME@sha256:...)")
         image = source
-        podman("pull", "--quiet", source, capture=True)
+        podman("pull", source)
     manifest = podman("run", "--rm", "--network", "none", *host.ulimit_args(), image, "dpkg-query", "-W",
                       "-f=${Package}=${Version}\n", capture=True).splitlines()
     info = {"kind": "base", "image": image, "source": source, "epoch": epoch, **inspect(image),
@@ -159,7 +164,7 @@ def build_command(stack: str, accelerator: str, base_id: str, epoch: int, uv_cac
                   ) -> list[str]:
     """context: the folder the recipe copies the locks from (envs/, or one holding another lock under the stack's
     name)."""
-    return ["build", "--quiet", *(["--no-cache"] if no_cache else []), "--network", "host", "--timestamp", str(epoch),
+    return ["build", *(["--no-cache"] if no_cache else []), "--network", "host", "--timestamp", str(epoch),
             *(f"--label={key}={value}" for key, value in (labels or {}).items()), "--file", str(RECIPE),
             "--build-arg", f"BASE_IMAGE={base_id}", "--build-arg", f"STACK={stack}",
             "--build-arg", f"ACCELERATOR={accelerator}", "--build-arg", f"SOURCE_DATE_EPOCH={epoch}",
@@ -191,8 +196,9 @@ def build_stack(stack: str, accelerator: str, base_record: Path, epoch: int, uv_
                                      (lock, lock_name(stack, accelerator))):
                     (context / name).write_bytes(source.read_bytes())
                     (context / name).chmod(0o644)       # as a checkout's files: COPY keeps the mode
+            # its steps and their output on this process's stdout as they come (the job's log, kbench.heartbeat)
             podman(*build_command(stack, accelerator, base["id"], epoch, uv_cache.resolve(), tag, no_cache, context,
-                                  labels), capture=True)
+                                  labels))
     check_reproducible(tag)
     shown = lock.resolve().relative_to(REPO) if lock.resolve().is_relative_to(REPO) else lock.resolve()
     info = {"kind": "image", "stack": stack, "accelerator": accelerator, "image": tag, **inspect(tag),
@@ -206,7 +212,7 @@ def export(record: Path, fmt: str, out: Path) -> None:
     """An archive to carry the image to a host without a registry (podman load / docker load / apptainer build)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    podman("save", "--quiet", "--format", fmt, "--output", str(out), environment_records.read(record)["image"])
+    podman("save", "--format", fmt, "--output", str(out), environment_records.read(record)["image"])
 
 
 def docker_load_command(archive: Path) -> list[str]:
