@@ -135,18 +135,27 @@ def test_a_stack_images_build_prints_its_steps():
     assert argv[0] == "build" and "--quiet" not in argv
 
 
-def test_a_running_cell_is_on_the_terminal_every_interval_with_its_logs_last_line(tmp_path, driver_environment,
-                                                                                 monkeypatch, capsys):
-    """The launcher's heartbeat on the cell's own log: a cell whose model takes a second to build (a compile, a
-    download, at the scale of this test) is seen on the terminal while it builds."""
+def test_a_running_cell_is_on_the_terminal_every_interval_and_its_log_names_each_phase(tmp_path, driver_environment,
+                                                                                       monkeypatch, capsys):
+    """The launcher's heartbeat on the cell's own log: a cell whose model takes half a second to build (a compile, a
+    download, at the scale of this test) is seen on the terminal while it builds. The steps profiled after the
+    window (a large model's can take minutes) get their line before they run, after the window's closing line: never
+    inside the window."""
+    import dataclasses
     monkeypatch.setattr(heartbeat, "INTERVAL_S", INTERVAL)
-    assert run(tmp_path, driver_environment, synthetic_spec(build_s=0.5)).status == "ok"
+    spec = synthetic_spec(timed=4, build_s=0.5)
+    spec = spec.replace(steps=dataclasses.replace(spec.steps, breakdown=3))
+    assert run(tmp_path, driver_environment, spec).status == "ok"
     beats = [line for line in capsys.readouterr().err.splitlines()
              if line.startswith("[kbench] test/synthetic/fit/bs4/synthetic.r1: ")]
     assert len(beats) >= 3, beats
     assert all("so far (at most 1 min 0 s); " in line for line in beats), beats
     assert any(line.endswith("numpy on cpu (cpu); building the model") for line in beats), beats
-
+    lines = [line.split("] ", 1)[1] for line in (tmp_path / "cell.log").read_text().splitlines()
+             if line.startswith("[kbench ")]
+    closed = next(i for i, line in enumerate(lines) if line.startswith("timed window closed after "))
+    assert lines[closed + 1:] == ["after the window: the breakdown by kind (3 profiled steps, then their trace read)",
+                                  "ok"], lines
 
 FAKE_PODMAN = '''#!{python}
 """podman as the image build calls it, its build slow: no such image yet, a three-step build, an image after it."""
@@ -200,16 +209,3 @@ def test_snakemake_shows_a_running_image_build_on_the_terminal_and_its_log_fills
     assert log.read_text().startswith("STEP 1/3: FROM sha256:base\n")
     assert heartbeat.earlier_seconds(log) > 2
 
-
-def test_a_cells_log_names_the_profiled_steps_after_its_window(tmp_path, driver_environment):
-    """The steps profiled after the window (a large model's can take minutes) get their line before they run, after
-    the window's closing line: never inside the window."""
-    import dataclasses
-    spec = synthetic_spec(timed=4)
-    spec = spec.replace(steps=dataclasses.replace(spec.steps, breakdown=3))
-    assert run(tmp_path, driver_environment, spec).status == "ok"
-    lines = [line.split("] ", 1)[1] for line in (tmp_path / "cell.log").read_text().splitlines()
-             if line.startswith("[kbench ")]
-    closed = next(i for i, line in enumerate(lines) if line.startswith("timed window closed after "))
-    assert lines[closed + 1:] == ["after the window: the breakdown by kind (3 profiled steps, then their trace read)",
-                                  "ok"], lines
