@@ -808,9 +808,13 @@ def test_torch_compiles_own_wrappers_are_the_runtimes_time_and_its_compiled_grap
 
 @pytest.mark.parametrize("name", ["CommonPjRtClient::CreateOutputs", "CommonPjRtBuffer::Await", "Handle inputs",
                                   "DevicePut", "ParseArguments", "AllocateOutputBuffersWithInputReuse",
-                                  "Wait for donation holds", "PythonRefManager::CollectGarbage", "EagerCopyToDevice"])
+                                  "Wait for donation holds", "PythonRefManager::CollectGarbage", "EagerCopyToDevice",
+                                  "IteratorGetNextOp::DoCompute", "Iterator::Prefetch", "MakeIterator::RootDataset",
+                                  "_send_Sink_0:_Send",
+                                  "autograd::engine::evaluate_function: CompiledFunctionBackward"])
 def test_jaxs_and_tensorflows_dispatch_on_the_host_is_the_runtimes_own(name):
-    """As the tiny cells' JAX (jaxlib 0.10) and TensorFlow (2.21) traces write them on the Python thread."""
+    """As the tiny cells' JAX (jaxlib 0.10), TensorFlow (2.21: tf.data's iterator feeding Keras 2's fit) and torch
+    (2.13: the compiled graph's backward node) traces write them on the host."""
     events = [*steps_of(0, 1000, 1), x("dot.1", 0, 100, tid=2, cat=None, hlo_op="dot.1"), x(name, 200, 300, cat=None)]
     assert trace.breakdown(trace.events_of(events), 1, "cpu")["unrecognised_share"] == 0.0
 

@@ -81,8 +81,8 @@ RUNTIME = re.compile(r"^(\$|profilerstep#|##|thunk|tfrtcpu|pjrt|pjit|executor|ex
                      # JAX's dispatch and PJRT's buffers around an XLA program's run (jaxlib 0.10)
                      r"[a-z]*pjrt(client|buffer)::|handle inputs|handle input event recording|deviceput|parsearguments|"
                      r"allocateoutputbuffers|wait for (donation|usage) holds|pythonrefmanager::|"
-                     # TensorFlow's eager runtime copying inputs to the device
-                     r"eagercopytodevice)", re.I)
+                     # TensorFlow's eager runtime copying inputs to the device, tf.data's iterator feeding a step
+                     r"eagercopytodevice|iterator(getnextop)?::|makeiterator::|_send_|_recv_)", re.I)
 # torch.compile's runtime, which torch records as cpu_ops: dynamo's guard checks, the region around a compiled frame,
 # AOTAutograd's wrappers (the compiled graph itself, "## Call CompiledFxGraph ... ##", stays an op)
 RUNTIME_OPS = re.compile(r"^(torchdynamo cache lookup|torch-compiled region|pregraph bytecode|aotdispatcher|"
@@ -442,6 +442,7 @@ def _what_counts(inside: list[Event], on_device: bool) -> tuple[list[Event], lis
     scopes = [e for e in inside if not e.on_device and not is_op(e) and kinds.of_scope(e.name)]
     strangers = [e for e in inside if not e.on_device and not is_op(e) and e.category not in ANNOTATIONS
                  and e.category not in NOT_ACTIVITY and not kinds.of_scope(e.name) and not RUNTIME.search(e.name)
+                 and not RUNTIME_OPS.match(e.name)
                  and not any(arg in e.args for arg in RUNTIME_ARGS) and e.name not in (MARKER, STEP_MARKER)]
     return ops, scopes, strangers
 
