@@ -1,6 +1,6 @@
-"""What a claim reads on one run: the run's context (kbench.results.context.RunContext: the profile's, or the suite's for
-a claim of the suite's tables) and the tables' files by the names the table registry lists (kbench.results.registry),
-each read once. Which of those files this run makes says which claims stand on its page.
+"""What a claim reads on one run: the run's context (kbench.results.context.RunContext: the profile's, or the suite's
+for a claim of the suite's tables) and the tables' files by the names the table registry lists
+(kbench.results.registry), each read once. Which of those files this run makes says which claims stand on its page.
 """
 from __future__ import annotations
 

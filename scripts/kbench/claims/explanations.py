@@ -1,6 +1,7 @@
 """The published benchmark's own explanations of its findings, as verdicts on this run's breakdowns by kind of work
-(kbench.breakdown: kbench.results.breakdown_tables' time_by_kind_long.csv) and its ms/step (cells_summary.csv). Each rule tests the sentence as its
-source states it (config published.explanations: its quote), and decides only what the data can:
+(kbench.breakdown: kbench.results.breakdown_tables' time_by_kind_long.csv) and its ms/step (cells_summary.csv). Each
+rule tests the sentence as its source states it (config published.explanations: its quote), and decides only what
+the data can:
 
 - Every figure carries a 95% interval: a cell's timed ms/step its estimate's (kbench.results.stats), a kind's time
   its share's interval across the profiled steps times that estimate (the profiler lengthens a step, not what it is

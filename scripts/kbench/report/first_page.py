@@ -157,11 +157,11 @@ def _html_table(frame: pd.DataFrame) -> str:
     return frame.astype(object).where(frame.notna(), "").to_html(index=False, border=1, escape=True)
 
 
-# A section of the page: its title, its table (None: none) and its text.
-Section = tuple[str, "pd.DataFrame | None", str]
+# A part of the page: its title, its table (None: none) and its text (kbench.claims.registry.on_page's too).
+Part = tuple[str, "pd.DataFrame | None", str]
 
 
-def headline_section(evidence: Evidence) -> Section:
+def headline_part(evidence: Evidence) -> Part:
     """A profile's headline: its rows' fastest columns, with ms/step's flags."""
     run, summary = evidence.run, evidence.table(tables.SUMMARY)
     ms_table = evidence.table(tables.MS_PER_STEP).set_index(flat.ROW_KEYS)
@@ -174,12 +174,12 @@ def headline_section(evidence: Evidence) -> Section:
                                    "a loss). A flagged row compares different functions or networks."])))
 
 
-def changes_section(page: Page, evidence: Evidence) -> Section:
+def changes_part(page: Page, evidence: Evidence) -> Part:
     moved, said = latest_changes(page.store, page.suite, evidence.run.profile)
     return f"What changed since the previous run, profile {evidence.run.profile}", moved, said
 
 
-def published_section(page: Page) -> Section:
+def published_part(page: Page) -> Part:
     """The published A100 table, beside the anchor profile's numbers where this run is the paper size."""
     given = page.whole.run.published
     anchor = next((e.table(tables.SUMMARY) for e in page.profiles if e.run.profile == "anchor"), None) \
@@ -196,23 +196,23 @@ def published_section(page: Page) -> Section:
 def build(page: Page) -> tuple[str, str]:
     """(HTML fragment, Markdown) of the first page: per profile its headline, its changes and the claims that stand
     on its tables; then the claims of the suite's tables, and the published table."""
-    sections = []
+    parts = []
     for evidence in page.profiles:
-        sections += [headline_section(evidence), changes_section(page, evidence),
+        parts += [headline_part(evidence), changes_part(page, evidence),
                      *claims.on_page(page.claims, evidence)]
-    sections += [*claims.on_page(page.claims, page.whole), published_section(page)]
-    return render(sections)
+    parts += [*claims.on_page(page.claims, page.whole), published_part(page)]
+    return render(parts)
 
 
-def render(sections: list[Section]) -> tuple[str, str]:
-    """Each section as HTML (its title, its text, its table) and as Markdown."""
+def render(parts: list[Part]) -> tuple[str, str]:
+    """Each part as HTML (its title, its text, its table) and as Markdown."""
     def shown(frame):
         return frame is not None and len(frame)
     return ("\n".join(f"<h3>{html.escape(title)}</h3>" + (f"<p>{html.escape(text)}</p>" if text else "")
-                      + (_html_table(frame) if shown(frame) else "") for title, frame, text in sections),
+                      + (_html_table(frame) if shown(frame) else "") for title, frame, text in parts),
             "\n".join(f"### {title}\n\n" + (f"{text}\n\n" if text else "")
                       + (frame.astype(object).where(frame.notna(), "").to_markdown(index=False) + "\n\n"
-                         if shown(frame) else "") for title, frame, text in sections))
+                         if shown(frame) else "") for title, frame, text in parts))
 
 
 def main(argv=None) -> int:

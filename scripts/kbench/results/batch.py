@@ -14,7 +14,7 @@ the knee (the device full) a step grows faster than the line. The fit:
 - the intervals of a and c: the fit's covariance (X'WX)^-1, scaled by the reduced chi-square where the rungs scatter
   more than their intervals say, with Student's t on n - 2 degrees of freedom; three rungs at least.
 
-The claim's verdict per row and native column (its claim, kbench.claims, reads it for the first page): it holds where the native
+The claim's verdict per row and native column (kbench.claims reads it for the first page): it holds where the native
 column's fixed cost a is larger than the best Keras 3 column's (the Keras 3 column fastest at the row's own batch)
 with intervals that do not overlap, and the native column's gap to that column (ms ratio) is smaller at the largest
 rung both ran than at the smallest; it does not hold where native's a is shown smaller, or where it is larger but
