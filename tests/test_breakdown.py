@@ -696,15 +696,17 @@ def big_trace(steps: int, mib: float) -> dict:
     return {"traceEvents": events}
 
 
-def test_a_trace_over_the_cap_keeps_its_first_whole_steps_and_says_so(tmp_path):
-    """An eager LLM generate's trace is 20-30 MiB compressed: it keeps what fits of the 8 MiB cap in whole steps (a
-    10 MiB one of 4 steps keeps 3), its record saying how many; a small one is kept whole."""
-    found = measure.keep(big_trace(4, 9), tmp_path, 4)
+def test_a_trace_over_the_cap_keeps_its_first_whole_steps_and_says_so(tmp_path, monkeypatch):
+    """An eager LLM generate's trace is 20-30 MiB compressed, over the 8 MiB cap: it keeps what fits in whole steps
+    (at a 1 MiB cap, to keep the test short: a 1.15 MiB trace of 4 steps keeps 3), its record saying how many; a
+    small one is kept whole."""
+    monkeypatch.setattr(measure, "TRACE_CAP_BYTES", 2**20)
+    found = measure.keep(big_trace(4, 1.15), tmp_path, 4)
     assert found["kept"] and found["steps_kept"] == 3 and "first 3 of 4 steps kept" in found["why"], found
-    assert found["bytes"] <= 8 * 2**20
+    assert found["bytes"] <= 2**20
     kept = gzip.decompress((tmp_path / measure.TRACE_NAME).read_bytes()).decode()
     assert kept.count(f'"name":"{STEP}"') == 3 and kept.count(f'"name":"{MARKER}"') == 1
-    assert measure.keep(big_trace(2, 0.2), tmp_path, 2) == {"kept": True, "bytes": pytest.approx(0.2 * 2**20,
+    assert measure.keep(big_trace(2, 0.1), tmp_path, 2) == {"kept": True, "bytes": pytest.approx(0.1 * 2**20,
                                                                                                  rel=0.3)}
 
 

@@ -114,11 +114,12 @@ def test_the_archive_packs_a_cells_xspace_beside_its_trace(tmp_path, monkeypatch
     assert {"keras3-jax.r1.trace.json.gz", "keras3-jax.r1.xplane.pb.gz"} <= names, sorted(names)
 
 
-def test_a_kineto_trace_over_the_cap_counts_its_host_step_marks_not_their_mirror(tmp_path):
+def test_a_kineto_trace_over_the_cap_counts_its_host_step_marks_not_their_mirror(tmp_path, monkeypatch):
     """Kineto writes each kbench.step again on the GPU's stream (gpu_user_annotation): 3 steps are 3 marks to cut
-    at, not 6; a 4-step trace over the cap keeps 3 and says 3 of 4."""
+    at, not 6; a 4-step trace over the cap (1 MiB here) keeps 3 and says 3 of 4."""
     from test_breakdown import big_trace
-    raw = big_trace(4, 9)
+    monkeypatch.setattr(measure, "TRACE_CAP_BYTES", 2**20)
+    raw = big_trace(4, 1.15)
     marks = [e for e in raw["traceEvents"] if e["name"] == measure.trace.STEP_MARKER]
     raw["traceEvents"] += [{"ph": "M", "name": "process_labels", "pid": 0, "args": {"labels": "GPU 0"}}] + [
         {**e, "pid": 0, "tid": 7, "cat": "gpu_user_annotation", "ts": e["ts"] + 1, "dur": e["dur"] - 2}
