@@ -53,8 +53,11 @@ def test_an_archived_config_without_a_place_loads_what_is_there():
 
 
 def test_a_claim_of_no_registered_kind_is_refused_naming_its_place():
+    assert registry.quoted(CONFIG) == quoted.load(CONFIG)
+    typo = {**CONFIG, "published": {**CONFIG["published"],
+                                    "findings": [*CONFIG["published"]["findings"], {"kind": "typo", "quote": "q"}]}}
     with pytest.raises(ValueError, match=r"published.findings\[4\]: no claim kind 'typo'"):
-        registry.kind_of({"kind": "typo", "quote": "q", "place": "published.findings[4]"})
+        registry.quoted(typo)
 
 
 def test_every_kind_reads_tables_the_table_registry_lists_and_nothing_else():

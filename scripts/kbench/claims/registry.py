@@ -18,6 +18,7 @@ import pandas as pd
 
 from kbench.claims import explanations, findings, studies
 from kbench.claims.evidence import Evidence
+from kbench.plan import claims as plan_claims
 from kbench.results import batch, first_step_tables, jax_numpy_tables, tuning
 from kbench.results.verdicts import Verdict, device_note, on_this_run
 
@@ -93,6 +94,15 @@ KINDS = {kind.name: kind for kind in (
     Kind("keras3_out_of_the_box", studies.keras3_out_of_the_box, (tuning.VERDICTS,), TUNING),
     Kind("jax_speeds_numpy", studies.jax_speeds_numpy, (jax_numpy_tables.CLAIM,), JAX_NUMPY),
 )}
+
+
+def quoted(config: dict) -> tuple[dict, ...]:
+    """Every claim the config quotes (kbench.plan.claims, the one loader), each of a kind this registry holds: one of
+    another is refused here, naming its place."""
+    found = plan_claims.load(config)
+    for claim in found:
+        kind_of(claim)
+    return found
 
 
 def kind_of(claim: dict) -> Kind:

@@ -9,7 +9,7 @@ number's implied TFLOP/s, which shows what those numbers can and cannot have bee
 
 The page is an HTML fragment: report/workflow.rst includes it as the Snakemake report's landing text, and the same
 content is written as Markdown beside it. Its one reader of the config is Page.of: the run contexts
-(kbench.results.context), the files the run's tables make (kbench.results.registry), the claims (kbench.plan.claims).
+(kbench.results.context), the files the run's tables make (kbench.results.registry), the claims (kbench.claims).
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from kbench.claims.evidence import Evidence
 from kbench.claims.findings import label
 from kbench.gpu import peaks
 from kbench.lifecycle import history
-from kbench.plan import claims as quoted
 from kbench.results import flat, registry, stats, tables
 from kbench.results.context import RunContext, published_flops
 from kbench.results.verdicts import device_note
@@ -49,7 +48,7 @@ class Page:
     def of(cls, config: dict, suite: str, tables_root: Path, store: Path) -> Page:
         def evidence(profile):
             return Evidence(RunContext.of(config, suite, profile, tables_root), registry.made(config, suite, profile))
-        return cls(suite, tuple(evidence(p) for p in config["profiles"]), evidence(None), quoted.load(config),
+        return cls(suite, tuple(evidence(p) for p in config["profiles"]), evidence(None), claims.quoted(config),
                    published_flops(config), config["suites"][suite]["size"] == "paper", store)
 
 
