@@ -26,6 +26,10 @@ PYTEST = [sys.executable, "-m", "pytest", "-v", "-rs", "--durations=30"]
 # (test_e2e.py's runs share module fixtures, so that file stays on one worker; the cluster, fault, FLOP and host
 # tests go to the other).
 TIER_ARGS = {"unit": ["-n", "auto"], "e2e": ["-n", "2", "--dist", "loadfile"]}
+# Each tier's share of CI's 40 minutes on a bare 2-core machine (.ci/run: about 4 minutes of system packages and
+# bootstrap before them); a new study reuses a run CI already makes and adds at most 2 minutes to its tier. Printed
+# against each tier's time at the end: a report, not a gate (a timed test would fail on a loaded machine).
+BUDGET_S = {"unit": 90, "workflow": 8 * 60, "e2e": 26 * 60}
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -79,6 +83,11 @@ class DiskLow:
                          f"(during {self.least[dev][1]})" for dev, path in self.places.items())
 
 
+def against_budget(tier: str, span: Span) -> str:
+    wall, budget = time.monotonic() - span.started, BUDGET_S[tier]
+    return f"({wall / budget:.0%} of its {budget} s budget{'' if wall <= budget else ': OVER'})"
+
+
 def main(argv: list[str]) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     chosen = [t for t in (argv[:argv.index("--")] if "--" in argv else argv)] or list(TIERS)
@@ -100,7 +109,7 @@ def main(argv: list[str]) -> int:
     for tier in (t for t in TIERS if t in chosen):
         span, disk.tier = Span(), tier
         code = subprocess.run([*PYTEST, "-m", tier, *TIER_ARGS.get(tier, []), *extra], cwd=REPO, env=env).returncode
-        report.append(f"{tier:9s} {span.stop()}  exit {code}")
+        report.append(f"{tier:9s} {span.stop()}  exit {code}  {against_budget(tier, span)}")
         status = status or (code if code != 5 else 0)       # 5: the selection held no test
         print(f"run_tiers: {report[-1]}", flush=True)
     if builder:
