@@ -268,3 +268,17 @@ def test_a_claim_stands_only_where_the_run_makes_every_table_it_reads(tmp_path, 
     assert "a toy claim of the ladder" not in page_of(config, tmp_path)
     run = run_context(tmp_path, "strict", accelerator="gpu")
     assert registry.on_page(tuple(findings), Evidence(run, frozenset({tables.SUMMARY, batch.VERDICTS})))
+
+
+def test_a_long_unbroken_token_in_a_cell_gets_places_to_break_and_short_ones_none():
+    """A failed job's reason can hold an image digest (71 characters): unbroken, it widened the JAX section's table
+    past the report's pane, which slid the whole first page under the navigation (seen in the 1366x768 screenshot of
+    tests/test_lifecycle.py); the page's text reads the same, with zero-width breaks in that token alone."""
+    digest = "sha256:" + "1" * 64
+    frame = pd.DataFrame({"rests on": [f"image {digest} is not in podman's storage"], "n": [10]})
+    cell = first_page._html_table(frame)
+    assert digest not in cell and digest in cell.replace("\u200b", "")
+    assert all(len(part) <= first_page.LONGEST_TOKEN for part in first_page._breakable(digest).split("\u200b"))
+    assert "podman's" in cell.replace("&#x27;", "'") and ">10<" in cell
+    short = "native-torch-compiled"
+    assert first_page._breakable(short) == short and first_page._breakable(3.5) == 3.5

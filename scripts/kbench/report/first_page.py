@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,8 +153,21 @@ LAYOUT = ("<style>div.overflow-auto:has(> div .kbench-first-page) { align-items:
           ".prose:has(.kbench-first-page) { max-width: 72rem; }</style>")
 
 
+# A token longer than this in a cell (an image digest in a failed job's reason) gets places to break: unbroken it
+# widens its table past the pane and slides the page under the report's navigation
+LONGEST_TOKEN = 32
+
+
+def _breakable(value):
+    if not isinstance(value, str):
+        return value
+    return re.sub(r"\S{%d,}" % (LONGEST_TOKEN + 1),
+                  lambda m: "\u200b".join(m[0][i:i + LONGEST_TOKEN // 2] for i in range(0, len(m[0]),
+                                                                                      LONGEST_TOKEN // 2)), value)
+
+
 def _html_table(frame: pd.DataFrame) -> str:
-    return frame.astype(object).where(frame.notna(), "").to_html(index=False, border=1, escape=True)
+    return frame.astype(object).where(frame.notna(), "").map(_breakable).to_html(index=False, border=1, escape=True)
 
 
 # A part of the page: its title, its table (None: none) and its text (kbench.claims.registry.on_page's too).
