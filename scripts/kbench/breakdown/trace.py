@@ -374,7 +374,6 @@ class _Tally:
     library: dict = field(default_factory=lambda: {"layer": 0.0, "graph": 0.0})
     layer_kinds: dict = field(default_factory=dict)
     graph_launched: float = 0.0
-    gap: float = 0.0
     by_step: dict = field(default_factory=dict)
     layer_by_step: list = field(default_factory=list)
 
@@ -427,10 +426,11 @@ def breakdown(trace: Trace | list[Event], steps: int, device: str, timed_ms_per_
         tally.add(a, b, op, share, read[id(op)])
     busy = union_length([(e.start, e.end) for e in ops + scopes + strangers])
     wall = end - start
-    _close(tally, busy, wall, ops, on_device)
+    gap = _close(tally, busy, wall, ops, on_device)
     counted = {id(e) for e in scopes + strangers}
     leaves = sum(leaf_count([e for e in lane_events if id(e) not in counted]) for lane_events in lanes.values())
-    return _figures(tally, steps, device, wall, busy, leaves, timed_ms_per_step if on_device else None)
+    return {**_figures(tally, steps, device, wall, busy, leaves, timed_ms_per_step if on_device else None),
+            "closure_gap": gap / wall}
 
 
 def _what_counts(inside: list[Event], on_device: bool) -> tuple[list[Event], list[Event], list[Event]]:
@@ -460,9 +460,9 @@ def _read_all(ops, scopes, strangers, programs, host, on_device) -> dict[int, _R
     return read
 
 
-def _close(tally: _Tally, busy: float, wall: float, ops, on_device: bool) -> None:
+def _close(tally: _Tally, busy: float, wall: float, ops, on_device: bool) -> float:
     """The closure, which can fail: an op recorded on the device the cell claims, the kinds adding up to the busy
-    time, and little of the window in events read as nothing."""
+    time, and little of the window in events read as nothing. The gap between the kinds and the busy time."""
     if not ops:
         where = "the trace's device lanes hold no kernel, copy or set" if on_device else \
             "the trace's host lanes hold no event any rule reads as an op"
@@ -476,7 +476,7 @@ def _close(tally: _Tally, busy: float, wall: float, ops, on_device: bool) -> Non
     if unrecognised > UNRECOGNISED_TOLERANCE:
         raise NotClosed(f"{unrecognised:.1%} of the window is in events on the host that no rule reads as an op, "
                         f"a scope or the runtime (over {UNRECOGNISED_TOLERANCE:.0%}): an op the reader misses")
-    tally.gap = gap
+    return gap
 
 
 def _figures(tally: _Tally, steps: int, device: str, wall: float, busy: float, leaves: int,
@@ -518,8 +518,7 @@ def _figures(tally: _Tally, steps: int, device: str, wall: float, busy: float, l
             "layer_fused_kinds": {k: v * per_step for k, v in sorted(tally.layer_kinds.items())},
             "graph_fused_ms_per_step": tally.library["graph"] * per_step,
             "graph_launched_share": tally.graph_launched / busy if busy else 0.0,
-            "unrecognised_share": tally.by_source.get("unrecognised", 0.0) / wall if wall else 0.0,
-            "closure_gap": tally.gap / wall}
+            "unrecognised_share": tally.by_source.get("unrecognised", 0.0) / wall if wall else 0.0}
 
 
 def _library_fused(op: Event, launcher: Event | None) -> str | None:
