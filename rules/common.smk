@@ -255,8 +255,8 @@ def disk_preflight_before_jobs():
     """Before the first job: the images still to build (each at its recorded or measured size, and the largest build's
     peak), their archives, the venvs and the jobs' results, against the free space of podman's storage, results/ and
     .envs/; a plan that will not fit stops here with one line naming both figures and what to free, not hours later
-    with a full disk mid-build. config disk_check: false skips it."""
-    if not config["disk_check"]:
+    with a full disk mid-build. config disk_check: false skips it, and so does --touch (its jobs write no byte)."""
+    if not config["disk_check"] or workflow.executor_plugin.common_settings.touch_exec:
         return
     jobs = list(workflow.dag.needrun_jobs())
     name = lambda job: f"{job.wildcards.stack}.{job.wildcards.accelerator}"        # noqa: E731

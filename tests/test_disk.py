@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from conftest import CONFIG, REPO, snakemake
+from dag import plan
 from kbench.stacks import disk
 
 GB = disk.GB
@@ -153,6 +154,23 @@ def test_a_plan_that_will_not_fit_stops_before_its_first_job_and_the_switch_skip
     proc = snakemake(*args, "--config", "disk_check=False", cwd=tmp_path, env=env, timeout=600)
     assert "disk: not enough disk" not in proc.stdout and (tmp_path / "mmdebstrap-ran").exists(), proc.stdout[-3000:]
 
+
+
+def test_touching_a_plans_outputs_asks_no_disk(tmp_path, monkeypatch):
+    """--touch writes no byte, so the disk preflight stays out of it: on a machine that holds no image yet (a bare CI
+    machine) and whose every plan the check refuses, touching the outputs of a planned stack's cells still passes (the
+    workflow tier's up-to-date fixture touches the whole tiny suite this way)."""
+    def refuse(needs):
+        raise disk.DiskShort("not enough disk for this plan: (refused by the test)")
+    monkeypatch.setattr(disk, "held", lambda *args, **kwargs: False)
+    monkeypatch.setattr(disk, "check", refuse)
+    (tmp_path / "config.yaml").symlink_to(REPO / "config.yaml")
+    for shared in ("envs", "scripts", "containers", "schemas"):
+        (tmp_path / shared).symlink_to(REPO / shared)
+    args = ["--cores", "1", "--config", "suite=tiny", "accelerator=cpu", "runtime=podman", "models=[bert]",
+            "frameworks=[keras3-jax]"]
+    touched = plan("--touch", "--forceall", *args, cwd=tmp_path)     # (no output exists: touch only warns)
+    assert touched.ok and touched.counts().get("base_image") == 1, touched.error
 
 def test_what_the_cells_keep_is_counted_under_results(tmp_path):
     """A GPU plan's 110 compiled cold cells keep a compile cache each (XLA's executables with their cubins,

@@ -100,7 +100,8 @@ def up_to_date_template(tmp_path_factory):
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text("{}")
     # mtimes in DAG order and every job's metadata (params, input checksums), as a finished run leaves them
-    assert plan("--touch", "--forceall", *TINY, cwd=copy).ok
+    touched = plan("--touch", "--forceall", *TINY, cwd=copy)
+    assert touched.ok, touched.error
     assert plan("-n", *TINY, cwd=copy).nothing_to_do
     return copy
 
