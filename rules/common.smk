@@ -152,6 +152,13 @@ def cell_threads(wildcards):
     return max(1, workflow.cores // gpus_on_this_host())
 
 
+def untimed_threads(wildcards):
+    """An equivalence job reads no clock (its record is numerics), so on a CPU host two run side by side, each on
+    half the cores: most of its time is one core's compile (dynamo tracing Keras's Python, XLA's passes). A timed
+    cell takes every core (cell_threads), so it still never starts beside one. On a GPU host: a cell's share."""
+    return cell_threads(wildcards) if on_gpu(config["accelerator"]) else max(1, workflow.cores // 2)
+
+
 def cell_spec(wildcards):
     return matrix.spec(config, wildcards.suite, wildcards.model, wildcards.task, int(wildcards.batch),
                        wildcards.precision, wildcards.framework, wildcards.profile)

@@ -25,7 +25,7 @@ rule equivalence_reference:
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
-    threads: cell_threads
+    threads: untimed_threads
     script:
         "../scripts/run_equivalence.py"
 
@@ -50,6 +50,6 @@ rule equivalence:
     resources:
         cell_timeout_s=round(config["cell_timeout_minutes"] * 60),
         runtime=math.ceil(config["cell_timeout_minutes"]) + 10,
-    threads: cell_threads
+    threads: untimed_threads
     script:
         "../scripts/run_equivalence.py"

@@ -26,6 +26,7 @@ class Plan:
     jobs: list = field(default_factory=list)        # the jobs a run would run: (rule, outputs, reason)
     error: str = ""                                  # a Snakefile's sys.exit message, or Snakemake's own error
     log: str = ""                                    # what Snakemake and the Snakefile printed
+    threads: dict = field(default_factory=dict)      # each job's first output -> the threads it asks for
 
     def counts(self) -> dict[str, int]:
         """Rule -> jobs, and the total, as Snakemake's "Job stats" table."""
@@ -91,8 +92,10 @@ def plan(*args: str, cwd: Path = REPO, equivalence: bool = False) -> Plan:
     log = printed.getvalue()
     if not ok and not error:
         error = log.strip().splitlines()[-1] if log.strip() else "snakemake failed"
-    jobs = []
+    jobs, threads = [], {}
     if workflows and workflows[-1].dag is not None:
         dag = workflows[-1].dag
-        jobs = [(job.rule.name, [str(f) for f in job.output], str(dag.reason(job))) for job in dag.needrun_jobs(exclude_finished=False)]
-    return Plan(ok, jobs, error, log)
+        needed = list(dag.needrun_jobs(exclude_finished=False))
+        jobs = [(job.rule.name, [str(f) for f in job.output], str(dag.reason(job))) for job in needed]
+        threads = {str(job.output[0]): job.threads for job in needed if job.output}
+    return Plan(ok, jobs, error, log, threads)

@@ -209,6 +209,16 @@ def ladder_stopped(below: cell.CellResult | None) -> dict | None:
                                             f"({(below.error or {}).get('type')})")
 
 
+def with_share_of_cores(job: dict, threads: int, cpus: int | None = None) -> dict:
+    """The job with OpenMP held to `threads` where the rule gave it fewer than this process's CPUs (an equivalence
+    job beside another on a CPU host): two torch processes each spinning an OpenMP thread per core run many times
+    slower. An OMP_NUM_THREADS the job's config sets stays."""
+    cpus = cpus or len(os.sched_getaffinity(0))
+    if threads >= cpus or "OMP_NUM_THREADS" in job["env"]:
+        return job
+    return {**job, "env": {**job["env"], "OMP_NUM_THREADS": str(threads)}}
+
+
 def run_cell(spec: CellSpec | JobSpec | dict, runtime: str, environment_record: str | Path, out: str | Path, log: str | Path,
              options: Options = Options()) -> cell.CellResult:
     """Run one cell (or another job: options.module, e.g. kbench.equivalence.check) in `runtime` (a name of
