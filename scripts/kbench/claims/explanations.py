@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from kbench.claims import findings
 from kbench.claims.evidence import Evidence
 from kbench.results import breakdown_tables, flat, stats, tables
 from kbench.results.verdicts import CANNOT_OBSERVE, FAILS, HOLDS, NOT_MEASURED_HERE, Verdict, left_out
@@ -88,8 +89,7 @@ def _text(figure: Figure, unit: str = " ms", percent: bool = False) -> str:
 
 
 def _label(key) -> str:
-    model, task, batch, precision = key
-    return f"{model} {task} bs{batch} {precision}"
+    return findings.label(dict(zip(flat.ROW_KEYS, key)))
 
 
 def _timed(summary: pd.DataFrame) -> dict[tuple, dict[str, stats.Estimate]]:

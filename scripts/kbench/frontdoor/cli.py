@@ -11,109 +11,48 @@ it needs (NumPy and PyYAML), never pandas or Snakemake. A bad argument is argpar
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from typing import Callable
 
 
-def _verify(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.lifecycle import archive
-    return archive.command("verify", argv, parser)
+def _main(module: str) -> Callable[[list[str], argparse.ArgumentParser], int]:
+    """The common call: the module's main(argv, parser), the module imported only when its command runs."""
+    return lambda argv, parser: importlib.import_module(module).main(argv, parser)
 
 
-def _sign(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.lifecycle import archive
-    return archive.command("sign", argv, parser)
+def _archive(action: str) -> Callable[[list[str], argparse.ArgumentParser], int]:
+    return lambda argv, parser: importlib.import_module("kbench.lifecycle.archive").command(action, argv, parser)
 
 
-def _compare(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.lifecycle import compare
-    return compare.main(argv, parser)
-
-
-def _history(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.lifecycle import history
-    return history.main(argv, parser)
-
-
-def _bisect(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.lifecycle import bisect
-    return bisect.main(argv, parser)
-
-
-def _snakemake_options(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+def _recover(action: str) -> Callable[[list[str], argparse.ArgumentParser], int]:
     """resume's and retry-failed's arguments: Snakemake's options, the run's own, passed on as given."""
-    parser.usage = "%(prog)s [snakemake options: the run's own, e.g. --cores all --config suite=tiny]"
-    parser.allow_abbrev = False         # Snakemake's own long options pass on whole, never read as --help
-    return parser.parse_known_args(argv)[1]
-
-
-def _resume(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.run import recover
-    return recover.main(["resume", *_snakemake_options(argv, parser)])
-
-
-def _retry_failed(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.run import recover
-    return recover.main(["retry-failed", *_snakemake_options(argv, parser)])
-
-
-def _gpucheck(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.gpucheck import check
-    return check.main(argv, parser)
-
-
-def _gpu_stacks(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.gpucheck import stacks
-    return stacks.main(argv, parser)
-
-
-def _census(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.studies import census_tables
-    return census_tables.main(argv, parser)
-
-
-def _bench_overhead(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.harness import bench_overhead
-    return bench_overhead.main(argv, parser)
-
-
-def _bench_images(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.harness import bench_images
-    return bench_images.main(argv, parser)
-
-
-def _breakdown_overhead(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.harness import breakdown_overhead
-    return breakdown_overhead.main(argv, parser)
-
-
-def _warm_window(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench.harness import warm_window
-    return warm_window.main(argv, parser)
-
-
-def _layout(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from kbench import layout
-    return layout.main(argv, parser)
+    def call(argv: list[str], parser: argparse.ArgumentParser) -> int:
+        parser.usage = "%(prog)s [snakemake options: the run's own, e.g. --cores all --config suite=tiny]"
+        parser.allow_abbrev = False         # Snakemake's own long options pass on whole, never read as --help
+        return importlib.import_module("kbench.run.recover").main([action, *parser.parse_known_args(argv)[1]])
+    return call
 
 
 # name -> (what it does, in one line; the call). The order is the listing's: a run's archive and history, recovery,
 # a GPU host, the studies and the harness's own checks. `kbench --help` lists them in 80 columns, a line each.
 COMMANDS = {
-    "verify": ("Check a run archive: manifest, signature, cells, tables", _verify),
-    "sign": ("Sign a run archive's manifest with an SSH key", _sign),
-    "compare": ("Compare two runs cell by cell: ms/step, change, verdict", _compare),
-    "history": ("The history of runs: ingest, query in SQL, changes", _history),
-    "bisect": ("Find which package group of a lock bump moved a cell", _bisect),
-    "resume": ("Rerun what a killed run left unfinished (its options)", _resume),
-    "retry-failed": ("Rerun exactly the cells whose record says failed", _retry_failed),
-    "gpucheck": ("The ten-minute check of a new GPU host (NumPy, PyYAML)", _gpucheck),
-    "gpu-stacks": ("Build every GPU lock's image and try it on this CPU", _gpu_stacks),
-    "census": ("Parameter counts of every model and column at a size", _census),
-    "bench-overhead": ("The runner's ms/step against a bare loop's (<= 1.02)", _bench_overhead),
-    "bench-images": ("Image build times, same-ID rebuilds, container start-up", _bench_images),
-    "breakdown-overhead": ("Does the breakdown by kind move a cell's ms/step?", _breakdown_overhead),
-    "warm-window": ("Does a warm compile cache move a cell's ms/step?", _warm_window),
-    "layout": ("The package's wings, their imports, layout problems", _layout),
+    "verify": ("Check a run archive: manifest, signature, cells, tables", _archive("verify")),
+    "sign": ("Sign a run archive's manifest with an SSH key", _archive("sign")),
+    "compare": ("Compare two runs cell by cell: ms/step, change, verdict", _main("kbench.lifecycle.compare")),
+    "history": ("The history of runs: ingest, query in SQL, changes", _main("kbench.lifecycle.history")),
+    "bisect": ("Find which package group of a lock bump moved a cell", _main("kbench.lifecycle.bisect")),
+    "resume": ("Rerun what a killed run left unfinished (its options)", _recover("resume")),
+    "retry-failed": ("Rerun exactly the cells whose record says failed", _recover("retry-failed")),
+    "gpucheck": ("The ten-minute check of a new GPU host (NumPy, PyYAML)", _main("kbench.gpucheck.check")),
+    "gpu-stacks": ("Build every GPU lock's image and try it on this CPU", _main("kbench.gpucheck.stacks")),
+    "census": ("Parameter counts of every model and column at a size", _main("kbench.studies.census_tables")),
+    "bench-overhead": ("The runner's ms/step against a bare loop's (<= 1.02)", _main("kbench.harness.bench_overhead")),
+    "bench-images": ("Image build times, same-ID rebuilds, container start-up", _main("kbench.harness.bench_images")),
+    "breakdown-overhead": ("Does the breakdown by kind move a cell's ms/step?",
+                           _main("kbench.harness.breakdown_overhead")),
+    "warm-window": ("Does a warm compile cache move a cell's ms/step?", _main("kbench.harness.warm_window")),
+    "layout": ("The package's wings, their imports, layout problems", _main("kbench.layout")),
 }
 
 
