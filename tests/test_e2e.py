@@ -115,7 +115,8 @@ DEMO_BREAKDOWN = {"steps": 3, "cells": [{"framework": "native-torch-eager|keras3
 # Cold and warm in CI (docs/first-step.md): the warm twins of the podman run's BERT cells in the compiled JAX and
 # torch columns (XLA's and Inductor's persistent caches); every other run of CI runs none (config runs every compiled
 # cell's). The equivalence jobs of the podman run start from the cells' caches.
-WARM_CELLS = [{"framework": "native-torch-compiled|keras3-jax", "model": "bert"}]
+WARM_CELLS = [{"framework": "native-torch-compiled|keras3-jax", "model": "bert",
+               "reason": "CI's twins: one compiled column of each kind, on BERT"}]
 PODMAN_CONFIG = {"not_applicable": CONFIG["not_applicable"] + [
     {"framework": "native-torch-compiled", "model": "sam", "task": "*",
      "reason": "not run in CI: Inductor compiles ~150 s a cell on CI's CPU; the column's BERT cells run"}],

@@ -276,7 +276,7 @@ def test_the_compile_pays_back_after_its_extra_wait_over_the_time_it_saves_per_s
 def test_the_table_shows_cold_and_warm_with_their_parts(tmp_path):
     cold = record("c", "cold", 30000.0, 100.0, STEADY)
     warm = record("c", "warm", 3000.0, 100.0, STEADY, hits=2)
-    settings = {"steady_band": 0.1, "eager_twin": {}, "warm_differs_by": 0.1}
+    settings = {"steady_band": 0.1, "eager_twin": {}, "warm_differs_by": 0.1, "warm_runs": True, "warm_cells": []}
     long = first_step_tables.build(Records(cells=(cold,), warm=(warm,)),
                                    run_context(tmp_path, "t", tmp_path, frameworks=("c",), first_step=settings))
     assert list(long.state) == ["cold", "warm"]
@@ -371,6 +371,23 @@ def test_a_compiled_cell_whose_framework_keeps_no_cache_says_why_it_has_no_warm_
     assert "warm" not in shown["dygraph"] and "warm" not in shown["cached"]
 
 
+
+def test_a_compiled_cell_left_out_of_first_step_warm_cells_says_why_and_a_chosen_one_does_not():
+    cached = record("cached", "cold", 30000.0, 100.0, STEADY)
+    cached.spec = cached.spec.replace(framework_def={**cached.spec.framework_def, "adapter": "synthetic"},
+                                      settings={**cached.spec.settings, "jit_compile": True})
+    eager = record("eager", None, 200.0, 100.0, STEADY, jit=False)
+    other = "mixed_bfloat16" if cached.spec.precision != "mixed_bfloat16" else "float32"
+    left_out = [{"precision": other, "reason": "the study's own precisions"}]
+    shown = first_step_tables.wide(first_step_tables.first_step_long([cached, eager], [], 0.1, {}, warm_cells=left_out),
+                                   ["cached", "eager"]).iloc[0]
+    assert shown["cached"].endswith("| warm n/a: not in first_step.warm_cells: the study's own precisions")
+    assert "warm" not in shown["eager"]                 # does not compile: nothing to say
+    chosen = [{"precision": cached.spec.precision, "reason": "its own"}]
+    shown = first_step_tables.wide(first_step_tables.first_step_long([cached], [], 0.1, {}, warm_cells=chosen),
+                                   ["cached"]).iloc[0]
+    assert "warm" not in shown["cached"]
+
 def test_the_compile_cost_verdict_holds_within_the_steps_and_fails_beyond():
     """745 steps to pay back (cold) against the anchor's 100 timed steps: does not hold; 70 (warm) alone: holds."""
     eager = record("eager", None, 200.0, 100.0, STEADY, jit=False)
@@ -406,9 +423,29 @@ def test_warm_twins_are_the_compiled_cells_with_a_cache_and_the_patterns_narrow_
     every = {(c.framework, c.task) for c in matrix.warm_cells(tiny_config(), "tiny")}
     assert every == {(f, t) for f in ("native-torch-compiled", "keras2", "keras3-tensorflow", "keras3-jax",
                                       "keras3-torch") for t in ("fit", "predict")}   # not eager, not Paddle's
-    narrowed = tiny_config(warm_cells=[{"framework": "keras3-jax", "model": "bert", "task": "fit"}])
+    narrowed = tiny_config(warm_cells=[{"framework": "keras3-jax", "model": "bert", "task": "fit", "reason": "one"}])
     assert [(c.framework, c.task) for c in matrix.warm_cells(narrowed, "tiny")] == [("keras3-jax", "fit")]
     assert matrix.warm_cells(tiny_config(warm_runs=False), "tiny") == []
+
+
+@pytest.mark.parametrize("precision, twinned", [("float32", True), ("bfloat16", True), ("mixed_bfloat16", False),
+                                                ("mixed_float16", False)])
+def test_a_precision_pattern_narrows_the_twins_and_the_others_say_why(precision, twinned):
+    from kbench.plan import matrix
+    config = tiny_config(warm_cells=[{"precision": "float32|bfloat16", "reason": "the study's own precisions"}])
+    config["precisions"] = [precision]
+    config["models"] = ["bert", "gemma"]
+    found = matrix.warm_cells(config, "tiny")
+    assert bool(found) == twinned and all(c.precision == precision for c in found)
+    why = matrix.not_warm_because(config["first_step"]["warm_cells"], "keras3-jax", "bert", "fit", precision)
+    assert (why is None) == twinned
+    assert twinned or why == "not in first_step.warm_cells: the study's own precisions"
+
+
+def test_a_precision_pattern_that_matches_no_precision_is_refused():
+    from kbench.plan import matrix
+    with pytest.raises(matrix.ConfigError, match=r"first_step.warm_cells\[0\].precision: 'fp32' matches nothing"):
+        matrix.check_references(tiny_config(warm_cells=[{"precision": "fp32", "reason": "a typo"}]))
 
 
 def test_repeat_one_is_cold_later_repeats_and_equivalence_jobs_start_from_its_cache():

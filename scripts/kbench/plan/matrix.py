@@ -111,7 +111,7 @@ def check_references(config: dict, repo: Path = REPO) -> None:
     for i, rule in enumerate(config["breakdown"]["cells"]):
         _check_patterns(rule, config, f"breakdown.cells[{i}]")
     for i, rule in enumerate(config["first_step"]["warm_cells"]):
-        _check_patterns(rule, config, f"first_step.warm_cells[{i}]")
+        _check_patterns(rule, config, f"first_step.warm_cells[{i}]", precisions=True)
     check_batch_study(config)
     check_tuning(config)
     for departure in config["departures"]:
@@ -180,10 +180,10 @@ def matches(pattern: str | None, name: str) -> bool:
     return pattern is None or any(fnmatch(name, alternative) for alternative in pattern.split("|"))
 
 
-def _check_patterns(rule: dict, config: dict, key: str) -> None:
+def _check_patterns(rule: dict, config: dict, key: str, precisions: bool = False) -> None:
     """A pattern that matches no defined name never applies: a typo would silently change nothing."""
     for field, known in (("framework", config["framework_defs"]), ("model", config["model_defs"]),
-                         ("task", TASKS)):
+                         ("task", TASKS), *((("precision", precision.PRECISIONS),) if precisions else ())):
         if not any(matches(rule.get(field), name) for name in known):
             raise ConfigError(f"config key {key}.{field}: {rule[field]!r} matches nothing; allowed: "
                               f"{', '.join(sorted(known))}, patterns such as '*' or 'a|b'")
@@ -300,12 +300,19 @@ def compiles_into_cache(config: dict, c: Cell) -> bool:
 def warm_cells(config: dict, suite: str | None = None) -> list[Cell]:
     """The cells that get a warm twin (first_step.warm_runs): the suite's own cells (not the batch study's other
     rungs) that compile into a persistent cache and match one of first_step.warm_cells' patterns (none: every one)."""
-    chosen = config["first_step"]
-    if not chosen["warm_runs"]:
+    if not config["first_step"]["warm_runs"]:
         return []
     return [c for c in cells(config, suite) if compiles_into_cache(config, c)
-            and (not chosen["warm_cells"] or any(applies(rule, c.framework, c.model, c.task)
-                                                 for rule in chosen["warm_cells"]))]
+            and not_warm_because(config["first_step"]["warm_cells"], c.framework, c.model, c.task, c.precision) is None]
+
+
+def not_warm_because(warm_cells: list[dict], framework: str, model: str, task: str, precision_name: str) -> str | None:
+    """Why first_step.warm_cells gives a compiled cell no warm twin (its patterns' reasons), None where one matches
+    (or there are none: every compiled cell gets one)."""
+    if not warm_cells or any(applies(rule, framework, model, task) and matches(rule.get("precision"), precision_name)
+                             for rule in warm_cells):
+        return None
+    return "not in first_step.warm_cells: " + "; ".join(rule["reason"] for rule in warm_cells)
 
 
 def cache_sources(config: dict, c: Cell, repeat: int) -> list[int] | None:

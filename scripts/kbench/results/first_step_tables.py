@@ -15,6 +15,7 @@ import pandas as pd
 
 from kbench.contract import cell
 from kbench.instruments import compile_cache, timing
+from kbench.plan import matrix
 from kbench.results import flat, plots, stats
 from kbench.results.context import Records, RunContext, Table
 
@@ -93,11 +94,16 @@ def no_warm_because(result: cell.CellResult) -> str | None:
 
 
 def first_step_long(cold: list[cell.CellResult], warm: list[cell.CellResult], band: float,
-                    eager_twin: dict[str, str], differs_by: float = 0.1) -> pd.DataFrame:
+                    eager_twin: dict[str, str], differs_by: float = 0.1, warm_cells: list[dict] = ()) -> pd.DataFrame:
     """One line per cell and state (cold: each cell's first repeat; warm: its warm twin), with the warm-differs flag
-    and the payback against the eager twin."""
+    and the payback against the eager twin; a cell that first_step.warm_cells gives no twin says why."""
     firsts = {r.cell_id: r for r in cold if r.repeat == 1}
     lines = [line(r, "cold", band) for r in firsts.values()]
+    for entry, result in zip(lines, firsts.values()):
+        spec = result.cell_spec
+        if entry["no_warm_because"] is None and spec.settings.get("jit_compile"):
+            entry["no_warm_because"] = matrix.not_warm_because(list(warm_cells), spec.framework, spec.model,
+                                                               spec.task, spec.precision)
     for result in warm:
         entry = line(result, "warm", band)
         twin = firsts.get(result.cell_id)
@@ -196,7 +202,7 @@ def wide(long: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
         by_state = {entry["state"]: cell_text(entry) for _, entry in group.iterrows()}
         shown = [f"{state} {by_state[state]}" for state in ("cold", "warm") if state in by_state]
         why = group["no_warm_because"].dropna()
-        if not why.empty:      # a framework without a persistent cache: no warm twin
+        if not why.empty:      # no warm twin: a framework without a persistent cache, or first_step.warm_cells
             shown.append(f"warm n/a: {why.iloc[0]}")
         texts.setdefault(key, {})[framework] = " | ".join(shown)
     index = pd.MultiIndex.from_tuples(list(texts), names=flat.ROW_KEYS)
@@ -234,7 +240,7 @@ def build(records: Records, run: RunContext) -> pd.DataFrame:
                                                          run.profile, run.first_step)
     out_dir.mkdir(parents=True, exist_ok=True)
     long = first_step_long(list(records.cells), list(records.warm), settings["steady_band"], settings["eager_twin"],
-                           settings["warm_differs_by"])
+                           settings["warm_differs_by"], settings["warm_cells"] if settings["warm_runs"] else [])
     long.to_csv(out_dir / LONG, index=False)
     flat.write(wide(long, frameworks), out_dir, NAME, profile, note=NOTE)
     if plots_dir is not None:
