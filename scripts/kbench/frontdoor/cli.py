@@ -16,6 +16,8 @@ import sys
 from typing import Callable
 
 
+# Modules by name, imported when their command runs: frontdoor is kbench.layout's top wing, so every module is below
+# it and a name kept as a string hides no wrong-way import from the layout check.
 def _main(module: str) -> Callable[[list[str], argparse.ArgumentParser], int]:
     """The common call: the module's main(argv, parser), the module imported only when its command runs."""
     return lambda argv, parser: importlib.import_module(module).main(argv, parser)
