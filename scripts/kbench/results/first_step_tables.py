@@ -46,7 +46,7 @@ def warm_differs(cold: cell.CellResult, warm: cell.CellResult, by: float) -> boo
     return stats.separate(a, b) and abs(b.ms - a.ms) > by * a.ms
 
 
-def line(result: cell.CellResult, state: str, band: float) -> dict:
+def line(result: cell.CellResult, state: str, band: float, warm_cells: list[dict] = ()) -> dict:
     """One run's time to its first step, in its parts, and where it became steady."""
     row, found, timing_ = flat.row(result), result.first_step or {}, result.timing or {}
     parts = found.get("parts") or {}
@@ -72,7 +72,7 @@ def line(result: cell.CellResult, state: str, band: float) -> dict:
                             else None),
             "cache_refused": "; ".join(cache.get("refused") or []) or None,
             "steady_at_step": steady["steady_at_step"], "ms_per_step": row["mean_ms"],
-            "no_warm_because": no_warm_because(result), **xla_compile(found)}
+            "no_warm_because": no_warm_because(result, warm_cells), **xla_compile(found)}
 
 
 def xla_compile(found: dict) -> dict:
@@ -84,13 +84,15 @@ def xla_compile(found: dict) -> dict:
             XLA_SERIAL: xla.get("serial_compile") is True}
 
 
-def no_warm_because(result: cell.CellResult) -> str | None:
-    """Why a compiled cell can have no warm twin: its framework keeps no persistent compile cache (None: it does, or
-    the cell does not compile)."""
+def no_warm_because(result: cell.CellResult, warm_cells: list[dict] = ()) -> str | None:
+    """Why a compiled cell has no warm twin: its framework keeps no persistent compile cache, or no pattern of
+    first_step.warm_cells chose it (None: it has one, or the cell does not compile)."""
     spec = result.cell_spec
-    if not spec.settings.get("jit_compile") or compile_cache.has_cache(spec):
+    if not spec.settings.get("jit_compile"):
         return None
-    return compile_cache.why_none(spec)
+    if not compile_cache.has_cache(spec):
+        return compile_cache.why_none(spec)
+    return matrix.not_warm_because(list(warm_cells), spec.framework, spec.model, spec.task, spec.precision)
 
 
 def first_step_long(cold: list[cell.CellResult], warm: list[cell.CellResult], band: float,
@@ -98,12 +100,7 @@ def first_step_long(cold: list[cell.CellResult], warm: list[cell.CellResult], ba
     """One line per cell and state (cold: each cell's first repeat; warm: its warm twin), with the warm-differs flag
     and the payback against the eager twin; a cell that first_step.warm_cells gives no twin says why."""
     firsts = {r.cell_id: r for r in cold if r.repeat == 1}
-    lines = [line(r, "cold", band) for r in firsts.values()]
-    for entry, result in zip(lines, firsts.values()):
-        spec = result.cell_spec
-        if entry["no_warm_because"] is None and spec.settings.get("jit_compile"):
-            entry["no_warm_because"] = matrix.not_warm_because(list(warm_cells), spec.framework, spec.model,
-                                                               spec.task, spec.precision)
+    lines = [line(r, "cold", band, warm_cells) for r in firsts.values()]
     for result in warm:
         entry = line(result, "warm", band)
         twin = firsts.get(result.cell_id)
